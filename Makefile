@@ -1,0 +1,44 @@
+# kube-gpu-exporter developer entry points. `make run` and `make test` work on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+ARGS ?=
+
+.PHONY: run test lint bench system-deps clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+## run: install into .venv and start the exporter on the built-in simulated 8-GPU node
+run: $(VENV)/.installed
+	$(VENV)/bin/kube-gpu-exporter --simulate $(ARGS)
+
+## system-deps: Debian packages the tests and benchmarks use (promtool, wrk)
+system-deps:
+	@if ! command -v promtool >/dev/null || ! command -v wrk >/dev/null; then \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
+			prometheus wrk >/dev/null; \
+	fi
+	@promtool --version | head -n 1
+
+## lint: ruff check and format check
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+## test: install everything the tests need, then lint and run the whole suite
+test: $(VENV)/.installed system-deps lint
+	$(PY) -m pytest
+
+## bench: scrape latency and render cost on the simulated default node
+bench: $(VENV)/.installed system-deps
+	$(PY) -m benchmarks.scrape_latency $(ARGS)
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache

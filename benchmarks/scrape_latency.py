@@ -1,0 +1,175 @@
+"""Scrape latency and render cost of the exporter on the simulated default node.
+
+Runs the real exporter process (`kube-gpu-exporter --simulate`) pinned to CPU 0 and drives it with
+wrk pinned to CPU 1, as in ../shared/reference/performance-facts.md section 2. Prints a markdown
+table; `--output FILE` also writes it to a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import timeit
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+from exporter.config import CollectionConfig, LabelConfig
+from exporter.exposition.renderer import Renderer
+from exporter.exposition.store import build_exposition
+from exporter.poller import Poller
+from exporter.simulator.fake_nvml import FakeNvml
+from exporter.simulator.fleet import default_fleet
+
+REPO = Path(__file__).resolve().parent.parent
+_UNIT = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pinned(cpu: int, argv: list[str]) -> list[str]:
+    if shutil.which("taskset") and (os.cpu_count() or 1) > 1:
+        return ["taskset", "-c", str(cpu), *argv]
+    return argv
+
+
+def render_cost(repeat: int = 7) -> dict[str, float]:
+    """Median render time per snapshot, and the body sizes, for the default fleet."""
+    with FakeNvml(default_fleet()):
+        poller = Poller(CollectionConfig(pcie_enabled=False, xid_enabled=False), lambda s: None)
+        snapshot = poller.sweep()
+        poller.stop()
+        renderer = Renderer(LabelConfig(node_name="bench-node"))
+        number = 50
+        times = timeit.repeat(
+            lambda: build_exposition(snapshot, renderer), number=number, repeat=repeat
+        )
+        body_only = timeit.repeat(
+            lambda: renderer.render_body(snapshot), number=number, repeat=repeat
+        )
+        exposition = build_exposition(snapshot, renderer)
+        tail = exposition.tail(15.0)
+        series = sum(
+            1 for line in exposition.plain(tail).splitlines() if line and not line.startswith(b"#")
+        )
+        gz_tail = timeit.repeat(
+            lambda: exposition.gzipped(exposition.tail(15.0)), number=1000, repeat=repeat
+        )
+        return {
+            "render_ms": statistics.median(body_only) / number * 1e3,
+            "render_gzip_ms": statistics.median(times) / number * 1e3,
+            "per_scrape_tail_us": statistics.median(gz_tail) / 1000 * 1e6,
+            "bytes": len(exposition.plain(tail)),
+            "gzip_bytes": len(exposition.gzipped(tail)),
+            "series": series,
+        }
+
+
+def parse_wrk(output: str) -> dict[str, float]:
+    result: dict[str, float] = {}
+    for pct, value, unit in re.findall(r"^\s+(50|75|90|99)%\s+([\d.]+)(us|ms|s)\s*$", output, re.M):
+        result[f"p{pct}_ms"] = float(value) * _UNIT[unit]
+    match = re.search(r"Requests/sec:\s+([\d.]+)", output)
+    result["rps"] = float(match.group(1)) if match else float("nan")
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
+    result["errors"] = float(errors.group(1)) if errors else 0.0
+    return result
+
+
+def scrape_latency(duration: int) -> list[dict[str, object]]:
+    port = free_port()
+    server = subprocess.Popen(
+        pinned(
+            0,
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                "--simulate",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+        ),
+        cwd=REPO,
+    )
+    rows: list[dict[str, object]] = []
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        for gzip in (False, True):
+            for clients in (1, 16):
+                header = ["-H", "Accept-Encoding: gzip"] if gzip else []
+                proc = subprocess.run(
+                    pinned(
+                        1,
+                        ["wrk", "-t1", f"-c{clients}", f"-d{duration}s", "--latency", *header, url],
+                    ),
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                rows.append({"clients": clients, "gzip": gzip, **parse_wrk(proc.stdout)})
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=10)
+    return rows
+
+
+def table(render: dict[str, float], rows: list[dict[str, object]]) -> str:
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        f"Scrape benchmark, default simulated node (8x H100, 2 MIG-partitioned GPUs), {now}, "
+        f"{platform.python_implementation()} {platform.python_version()} on "
+        f"{os.cpu_count()} CPUs ({platform.machine()}); server on CPU 0, wrk on CPU 1.",
+        "",
+        f"Exposition: {render['series']} series, {render['bytes']:,} bytes "
+        f"({render['gzip_bytes']:,} gzipped).",
+        f"Render per snapshot: {render['render_ms']:.2f} ms text, "
+        f"{render['render_gzip_ms']:.2f} ms text + gzip; per-scrape tail with gzip: "
+        f"{render['per_scrape_tail_us']:.0f} us.",
+        "",
+        "| clients | gzip | p50 ms | p90 ms | p99 ms | req/s | errors |",
+        "|---:|:---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['clients']} | {'yes' if row['gzip'] else 'no'} | {row['p50_ms']:.3f} | "
+            f"{row['p90_ms']:.3f} | {row['p99_ms']:.3f} | {row['rps']:,.0f} | {row['errors']:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
+    parser.add_argument("--output", help="also write the table to this file")
+    args = parser.parse_args()
+    if not shutil.which("wrk"):
+        raise SystemExit("benchmarks need wrk: `make bench` installs it (Debian package wrk)")
+    result = table(render_cost(), scrape_latency(args.duration))
+    print(result)
+    if args.output:
+        Path(args.output).write_text(result)
+
+
+if __name__ == "__main__":
+    main()

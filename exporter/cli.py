@@ -1,0 +1,334 @@
+"""Command line: Prometheus-exporter-style flags, each with an environment variable for DaemonSets.
+
+Every flag `--a.b-c` can also be set as `KUBE_GPU_EXPORTER_A_B_C`; a flag on the command line wins.
+A bad flag or value prints one line naming it and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import socket
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from exporter import __version__
+from exporter.config import (
+    DEFAULT_PORT,
+    CollectionConfig,
+    Config,
+    ConfigurationError,
+    HostLabel,
+    LabelConfig,
+    WebConfig,
+)
+from exporter.logs import LEVELS, configure_logging
+
+PROG = "kube-gpu-exporter"
+ENV_PREFIX = "KUBE_GPU_EXPORTER_"
+DRIVER_LABELS = ("none", "DCGM_FI_DRIVER_VERSION", "DCGM_FI_SYSTEM_DRIVER_VERSION")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+log = logging.getLogger(__name__)
+
+
+class UsageError(Exception):
+    pass
+
+
+def parse_duration(text: str) -> float:
+    """'5s', '250ms', '1m30s' or plain seconds ('2.5') -> seconds."""
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    pos, total = 0, 0.0
+    for match in _DURATION.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or not text:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (use e.g. 5s, 500ms, 1m)")
+    return total
+
+
+def env_name(flag: str) -> str:
+    return ENV_PREFIX + re.sub(r"[.-]", "_", flag.lstrip("-")).upper()
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _positive(name: str, low: float, high: float):
+    def check(text: str) -> float:
+        seconds = parse_duration(text)
+        if not low <= seconds <= high:
+            raise argparse.ArgumentTypeError(
+                f"{name} {text!r} is out of range ({low:g}s to {high:g}s)"
+            )
+        return seconds
+
+    return check
+
+
+def _bool_env(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean {text!r} (use true or false)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog=PROG,
+        description="NVIDIA GPU exporter for Kubernetes with dcgm-exporter-compatible metrics. "
+        f"Every flag can also be set through the environment variable {ENV_PREFIX}<FLAG>, "
+        "e.g. --collector.interval as KUBE_GPU_EXPORTER_COLLECTOR_INTERVAL.",
+    )
+    add = p.add_argument
+    add(
+        "--web.listen-address",
+        dest="listen_address",
+        default=f":{DEFAULT_PORT}",
+        help=f"Address to listen on (default :{DEFAULT_PORT}; dcgm-exporter's 9400 stays free).",
+    )
+    add(
+        "--web.telemetry-path",
+        dest="telemetry_path",
+        default="/metrics",
+        help="Path under which to expose metrics (default /metrics).",
+    )
+    add(
+        "--collector.interval",
+        dest="interval",
+        type=_positive("interval", 0.1, 3600),
+        default=5.0,
+        help="How often to poll NVML (default 5s). NVML refreshes utilization "
+        "at most every 1/6 s to 1 s, so sub-second intervals only cost CPU.",
+    )
+    add(
+        "--collector.device-timeout",
+        dest="device_timeout",
+        type=_positive("timeout", 0.1, 600),
+        default=10.0,
+        help="A GPU whose read takes longer is reported stale (default 10s).",
+    )
+    add(
+        "--collector.pcie",
+        dest="pcie",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Sample PCIe TX/RX throughput (blocks 20 ms per direction per GPU; default on).",
+    )
+    add(
+        "--collector.pcie-interval",
+        dest="pcie_interval",
+        type=_positive("interval", 1, 3600),
+        default=15.0,
+        help="How often to sample PCIe throughput (default 15s).",
+    )
+    add(
+        "--collector.xid",
+        dest="xid",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Watch NVML events for XID errors (default on).",
+    )
+    add(
+        "--collector.mig-refresh-interval",
+        dest="mig_refresh",
+        type=_positive("interval", 1, 86400),
+        default=60.0,
+        help="Re-read MIG topology this often, besides on MIG change events (default 60s).",
+    )
+    add(
+        "--snapshot.stale-after",
+        dest="stale_after",
+        type=_positive("duration", 0.1, 86400),
+        default=None,
+        help="Mark the served snapshot stale after this age (default 3 intervals).",
+    )
+    add(
+        "--health.max-snapshot-age",
+        dest="health_max_age",
+        type=_positive("age", 1, 86400),
+        default=60.0,
+        help="/healthz fails when no sweep finished for this long, so Kubernetes "
+        "restarts a wedged exporter (default 60s).",
+    )
+    add(
+        "--host-label",
+        dest="host_label",
+        choices=[h.value for h in HostLabel],
+        default=HostLabel.CLASSIC.value,
+        help="Host label on DCGM series: Hostname "
+        "(dcgm-exporter <= 4.8.2, default), hostname (>= 4.8.3) or none.",
+    )
+    add(
+        "--node-name",
+        dest="node_name",
+        default=None,
+        help="Value of the host label (default: $NODE_NAME, else the host name).",
+    )
+    add(
+        "--driver-version-label",
+        dest="driver_label",
+        choices=DRIVER_LABELS,
+        default="none",
+        help="Add the driver version as a label on every DCGM series (default none; it is "
+        "always on kube_gpu_exporter_device_info).",
+    )
+    add(
+        "--log.level",
+        dest="log_level",
+        choices=list(LEVELS),
+        default="info",
+        help="Log level (default info).",
+    )
+    add(
+        "--log.format",
+        dest="log_format",
+        choices=["logfmt", "json"],
+        default="logfmt",
+        help="Log format (default logfmt).",
+    )
+    add(
+        "--simulate",
+        dest="simulate",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="FLEET_FILE",
+        help="Run on a simulated GPU node instead of the NVIDIA driver: the built-in 8x H100 "
+        "node, or the node described by FLEET_FILE (YAML).",
+    )
+    add("--version", action="version", version=f"{PROG} {__version__}")
+    return p
+
+
+def _apply_environment(
+    parser: argparse.ArgumentParser, argv: Sequence[str], environ: dict[str, str]
+) -> tuple[list[str], dict[str, str]]:
+    """Turn KUBE_GPU_EXPORTER_* variables into flags placed before argv, so argv wins.
+
+    Returns the flags and, for error messages, which variable each flag came from.
+    """
+    given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    prefix: list[str] = []
+    sources: dict[str, str] = {}
+    for action in parser._actions:
+        flags = [
+            f for f in action.option_strings if f.startswith("--") and not f.startswith("--no-")
+        ]
+        if not flags or action.dest in ("help", "version"):
+            continue
+        flag = flags[0]
+        value = environ.get(env_name(flag))
+        if value is None or flag in given or f"--no-{flag[2:]}" in given:
+            continue
+        sources[flag] = env_name(flag)
+        if isinstance(action, argparse.BooleanOptionalAction):
+            try:
+                enabled = _bool_env(value)
+            except argparse.ArgumentTypeError as exc:
+                raise UsageError(f"environment {env_name(flag)}: {exc}") from None
+            prefix.append(flag if enabled else f"--no-{flag[2:]}")
+        elif flag == "--simulate":
+            if _bool_env_or_none(value) is not False:
+                prefix.append(flag if _bool_env_or_none(value) else f"{flag}={value}")
+        else:
+            prefix.append(f"{flag}={value}")
+    return prefix, sources
+
+
+def _bool_env_or_none(text: str) -> bool | None:
+    try:
+        return _bool_env(text)
+    except argparse.ArgumentTypeError:
+        return None
+
+
+def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> Config:
+    environ = dict(os.environ) if environ is None else environ
+    parser = build_parser()
+    from_env, sources = _apply_environment(parser, argv, environ)
+    try:
+        args = parser.parse_args([*from_env, *argv])
+    except UsageError as exc:
+        message = str(exc)
+        for flag, variable in sources.items():
+            if message.startswith(f"argument {flag}:"):
+                message = f"environment variable {variable}: {message.split(':', 1)[1].strip()}"
+        raise UsageError(message) from None
+    if not args.telemetry_path.startswith("/") or any(c.isspace() for c in args.telemetry_path):
+        raise UsageError(
+            f"argument --web.telemetry-path: {args.telemetry_path!r} must start "
+            "with / and contain no spaces"
+        )
+    if args.telemetry_path in ("/healthz", "/readyz", "/health"):
+        raise UsageError(f"argument --web.telemetry-path: {args.telemetry_path} is reserved")
+    from exporter.server import split_listen_address
+
+    try:
+        split_listen_address(args.listen_address)
+    except ValueError as exc:
+        raise UsageError(f"argument --web.listen-address: {exc}") from None
+    node_name = args.node_name or environ.get("NODE_NAME") or ""
+    collection = CollectionConfig(
+        interval_seconds=args.interval,
+        device_timeout_seconds=args.device_timeout,
+        pcie_enabled=args.pcie,
+        pcie_interval_seconds=args.pcie_interval,
+        xid_enabled=args.xid,
+        mig_refresh_seconds=args.mig_refresh,
+    )
+    web = WebConfig(
+        listen_address=args.listen_address,
+        telemetry_path=args.telemetry_path,
+        stale_after_seconds=args.stale_after or 3 * args.interval,
+        health_max_age_seconds=max(args.health_max_age, 2 * args.interval),
+    )
+    labels = LabelConfig(
+        host_label=HostLabel(args.host_label),
+        node_name=node_name,
+        driver_version_label="" if args.driver_label == "none" else args.driver_label,
+    )
+    return Config(
+        collection=collection,
+        labels=labels,
+        web=web,
+        simulate=args.simulate is not None,
+        fleet_file=args.simulate or None,
+        log_level=args.log_level,
+        log_format=args.log_format,
+    )
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        config = parse_config(sys.argv[1:] if argv is None else argv)
+    except UsageError as exc:
+        _fail(str(exc))
+    configure_logging(config.log_level, config.log_format)
+    from exporter.app import run
+
+    try:
+        return run(config, default_node_name=socket.gethostname())
+    except ConfigurationError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        return 0

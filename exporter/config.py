@@ -1,0 +1,60 @@
+"""Validated settings, built once by the command line and passed down; never mutated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+DEFAULT_PORT = 9455
+
+
+class ConfigurationError(Exception):
+    """Bad input found while starting up (e.g. the fleet file); str() is a one-line message."""
+
+
+class HostLabel(StrEnum):
+    """Which host label the DCGM series carry: dcgm-exporter <= 4.8.2, >= 4.8.3, or none."""
+
+    CLASSIC = "Hostname"
+    LOWER = "hostname"
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionConfig:
+    interval_seconds: float = 5.0
+    # A device read not finished by then is reported stale; the sweep goes on without it.
+    device_timeout_seconds: float = 10.0
+    pcie_enabled: bool = True
+    pcie_interval_seconds: float = 15.0
+    xid_enabled: bool = True
+    mig_refresh_seconds: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class LabelConfig:
+    host_label: HostLabel = HostLabel.CLASSIC
+    node_name: str = ""
+    # Name of the driver-version label on DCGM series ("" = none, as the Helm chart's default).
+    driver_version_label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WebConfig:
+    listen_address: str = f":{DEFAULT_PORT}"
+    telemetry_path: str = "/metrics"
+    # The snapshot is reported stale after this many seconds without a finished sweep.
+    stale_after_seconds: float = 15.0
+    # /healthz fails after this many seconds without a finished sweep, so Kubernetes restarts us.
+    health_max_age_seconds: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    collection: CollectionConfig
+    labels: LabelConfig
+    web: WebConfig
+    simulate: bool = False
+    fleet_file: str | None = None
+    log_level: str = "info"
+    log_format: str = "logfmt"

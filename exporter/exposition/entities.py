@@ -1,0 +1,105 @@
+"""Flattens a snapshot into dcgm-exporter's entities and their label sets.
+
+dcgm-exporter's default "flex" mode monitors a MIG-enabled GPU only through its GPU instances, and
+a plain GPU as a whole. Each instance repeats its parent's `gpu`, `UUID`, `pci_bus_id`, `device`
+and `modelName`, adds `GPU_I_PROFILE` and `GPU_I_ID`, carries its own framebuffer figures and
+repeats the board-level ones (temperature, power, clocks). Utilization does not exist on MIG.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from exporter.config import HostLabel, LabelConfig
+from exporter.exposition.text_format import Labels
+from exporter.snapshot import (
+    GpuIdentity,
+    GpuReadings,
+    GpuSnapshot,
+    MigInstance,
+    NodeSnapshot,
+    XidRecord,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Entity:
+    gpu: GpuSnapshot
+    instance: MigInstance | None
+    labels: Labels
+    readings: GpuReadings
+    xid: XidRecord
+
+
+def host_labels(config: LabelConfig) -> Labels:
+    if config.host_label is HostLabel.NONE:
+        return ()
+    return ((config.host_label.value, config.node_name),)
+
+
+def device_labels(identity: GpuIdentity, config: LabelConfig) -> Labels:
+    """The snake_case-safe device labels our own per-device metrics carry (no `modelName`)."""
+    return (
+        ("gpu", str(identity.index)),
+        ("UUID", identity.uuid),
+        ("pci_bus_id", identity.pci_bus_id),
+        ("device", identity.device),
+        *host_labels(config),
+    )
+
+
+def merge_xid(board: XidRecord, instance: XidRecord) -> XidRecord:
+    """An instance sees XIDs raised for it and the unattributed ones of its board."""
+    if not instance.counts:
+        return board
+    if not board.counts:
+        return instance
+    counts: dict[int, int] = dict(board.counts)
+    for code, n in instance.counts:
+        counts[code] = counts.get(code, 0) + n
+    newest = board if board.sequence >= instance.sequence else instance
+    return XidRecord(newest.last_xid, newest.sequence, tuple(sorted(counts.items())))
+
+
+def dcgm_entities(snapshot: NodeSnapshot, config: LabelConfig) -> list[Entity]:
+    host = host_labels(config)
+    driver: Labels = ()
+    if config.driver_version_label and snapshot.driver_version:
+        driver = ((config.driver_version_label, snapshot.driver_version),)
+    entities: list[Entity] = []
+    for gpu in snapshot.gpus:
+        if not gpu.up or gpu.readings is None:
+            continue
+        ident = gpu.identity
+        base: Labels = (
+            ("gpu", str(ident.index)),
+            ("UUID", ident.uuid),
+            ("pci_bus_id", ident.pci_bus_id),
+            ("device", ident.device),
+            ("modelName", ident.name),
+        )
+        if not ident.mig_enabled:
+            entities.append(Entity(gpu, None, base + host + driver, gpu.readings, gpu.xid))
+            continue
+        for inst in gpu.mig_instances:
+            labels = (
+                *base,
+                ("GPU_I_PROFILE", inst.profile),
+                ("GPU_I_ID", str(inst.gpu_instance_id)),
+                *host,
+                *driver,
+            )
+            readings = replace(
+                gpu.readings,
+                fb_total_bytes=inst.fb_total_bytes,
+                fb_used_bytes=inst.fb_used_bytes,
+                fb_free_bytes=inst.fb_free_bytes,
+                fb_reserved_bytes=inst.fb_reserved_bytes,
+                gpu_util_pct=None,
+                mem_copy_util_pct=None,
+                encoder_util_pct=None,
+                decoder_util_pct=None,
+            )
+            xid = merge_xid(gpu.xid, gpu.instance_xid(inst.gpu_instance_id))
+            entities.append(Entity(gpu, inst, labels, readings, xid))
+    return entities

@@ -1,0 +1,247 @@
+"""Renders a NodeSnapshot: the DCGM-compatible families, then the exporter's own metrics.
+
+The body is rendered once per snapshot on the poller thread. Only the tail, the two lines that
+depend on the moment of the scrape (snapshot age and staleness), is rendered per request.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterator
+from importlib import metadata
+
+from exporter import __version__
+from exporter.config import LabelConfig
+from exporter.exposition.dcgm_families import (
+    CLOCK_EVENTS,
+    FAMILIES,
+    XID_COUNTER,
+    XID_COUNTER_HELP,
+    XID_GAUGE,
+    XID_GAUGE_HELP,
+    DcgmFamily,
+)
+from exporter.exposition.entities import Entity, dcgm_entities, device_labels, host_labels
+from exporter.exposition.text_format import FamilyWriter, Labels, format_value, label_body
+from exporter.snapshot import NodeSnapshot
+from exporter.xid_messages import xid_message
+
+PREFIX = "kube_gpu_exporter_"
+
+
+def _binding_version() -> str:
+    try:
+        return metadata.version("nvidia-ml-py")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+BUILD_LABELS: Labels = (
+    ("version", __version__),
+    ("python_version", platform.python_version()),
+    ("nvml_binding_version", _binding_version()),
+)
+
+
+class Renderer:
+    def __init__(self, labels: LabelConfig) -> None:
+        self._labels = labels
+        self._host = host_labels(labels)
+
+    def render_body(self, snapshot: NodeSnapshot) -> str:
+        out = FamilyWriter()
+        entities = dcgm_entities(snapshot, self._labels)
+        bodies = [label_body(e.labels) for e in entities]
+        for family in FAMILIES:
+            out.family(
+                family.name, family.kind, family.help, self._dcgm_samples(family, entities, bodies)
+            )
+        self._xid(out, entities, bodies)
+        self._self_metrics(out, snapshot)
+        return out.text()
+
+    @staticmethod
+    def _dcgm_samples(
+        family: DcgmFamily, entities: list[Entity], bodies: list[str]
+    ) -> Iterator[tuple[str, str]]:
+        for entity, body in zip(entities, bodies, strict=True):
+            value = family.value(entity.readings)
+            if value is not None:
+                yield body, format_value(value, family.fixed)
+
+    @staticmethod
+    def _xid(out: FamilyWriter, entities: list[Entity], bodies: list[str]) -> None:
+        out.family(
+            XID_GAUGE,
+            "gauge",
+            XID_GAUGE_HELP,
+            (
+                (
+                    body
+                    + ","
+                    + label_body(
+                        (
+                            ("err_code", str(e.xid.last_xid)),
+                            ("err_msg", xid_message(e.xid.last_xid)),
+                        )
+                    ),
+                    str(e.xid.last_xid),
+                )
+                for e, body in zip(entities, bodies, strict=True)
+            ),
+        )
+        out.family(
+            XID_COUNTER,
+            "counter",
+            XID_COUNTER_HELP,
+            (
+                (f'{body},xid="{code}"', str(count))
+                for e, body in zip(entities, bodies, strict=True)
+                for code, count in e.xid.counts
+            ),
+        )
+
+    def _self_metrics(self, out: FamilyWriter, snap: NodeSnapshot) -> None:
+        gauge, counter = "gauge", "counter"
+        out.family(
+            f"{PREFIX}build_info",
+            gauge,
+            "Build information of kube-gpu-exporter.",
+            [(label_body(BUILD_LABELS), "1")],
+        )
+        out.family(
+            f"{PREFIX}nvml_up",
+            gauge,
+            "Whether NVML is initialised and answering (1) or not (0).",
+            [("", format_value(snap.nvml_up))],
+        )
+        out.family(
+            f"{PREFIX}collection_duration_seconds",
+            gauge,
+            "Duration of the last NVML sweep.",
+            [("", format_value(snap.sweep_duration_seconds))],
+        )
+        if snap.last_success_at is not None:
+            out.family(
+                f"{PREFIX}last_collection_success_timestamp_seconds",
+                gauge,
+                "Unix time of the last sweep in which NVML answered.",
+                [("", format_value(snap.last_success_at))],
+            )
+        collectors = [(label_body((("collector", c.name),)), c) for c in snap.collectors]
+        out.family(
+            f"{PREFIX}collector_success",
+            gauge,
+            "Whether the collector's last run succeeded (1) or not (0).",
+            [(body, format_value(c.success)) for body, c in collectors],
+        )
+        out.family(
+            f"{PREFIX}collector_duration_seconds",
+            gauge,
+            "Duration of the collector's last run.",
+            [(body, format_value(c.duration_seconds)) for body, c in collectors],
+        )
+        out.family(
+            f"{PREFIX}nvml_errors_total",
+            counter,
+            "NVML calls that returned an error, by function and NVML error name.",
+            [
+                (label_body((("function", fn), ("error", err))), str(n))
+                for (fn, err), n in snap.nvml_errors
+            ],
+        )
+
+        devices = [(g, label_body(device_labels(g.identity, self._labels))) for g in snap.gpus]
+        out.family(
+            f"{PREFIX}device_up",
+            gauge,
+            "Whether the GPU answered NVML in the last sweep (1) or is lost or failing (0).",
+            [(body, format_value(g.up and not g.stale)) for g, body in devices],
+        )
+        out.family(
+            f"{PREFIX}device_stale",
+            gauge,
+            "Whether the GPU's values are from an earlier sweep because a call hung (1).",
+            [(body, format_value(g.stale)) for g, body in devices],
+        )
+        out.family(
+            f"{PREFIX}device_info",
+            gauge,
+            "Static GPU attributes; always 1.",
+            [
+                (
+                    body
+                    + ","
+                    + label_body(
+                        (
+                            ("model_name", g.identity.name),
+                            ("driver_version", snap.driver_version or ""),
+                            ("mig_mode", g.identity.mig_mode),
+                        )
+                    ),
+                    "1",
+                )
+                for g, body in devices
+                if g.identity.uuid
+            ],
+        )
+        out.family(
+            f"{PREFIX}mig_instance_info",
+            gauge,
+            "MIG instances and their identifiers; always 1.",
+            [
+                (
+                    body
+                    + ","
+                    + label_body(
+                        (
+                            ("GPU_I_ID", str(inst.gpu_instance_id)),
+                            ("GPU_I_PROFILE", inst.profile),
+                            ("compute_instance_id", str(inst.compute_instance_id)),
+                            ("mig_uuid", inst.uuid),
+                        )
+                    ),
+                    "1",
+                )
+                for g, body in devices
+                if g.up
+                for inst in g.mig_instances
+            ],
+        )
+        out.family(
+            f"{PREFIX}clock_event_active",
+            gauge,
+            "Whether a clock event (throttle) reason is active on the GPU (1) or not (0).",
+            [
+                (
+                    f'{body},clock_event="{name}"',
+                    "1" if g.readings.clock_event_reasons & bit else "0",
+                )
+                for g, body in devices
+                if g.up and g.readings is not None and g.readings.clock_event_reasons is not None
+                for bit, name in CLOCK_EVENTS
+            ],
+        )
+
+    @staticmethod
+    def render_tail(age_seconds: float, stale: bool, render_seconds: float) -> str:
+        out = FamilyWriter()
+        out.family(
+            f"{PREFIX}snapshot_age_seconds",
+            "gauge",
+            "Seconds since the served snapshot was collected.",
+            [("", format_value(round(age_seconds, 3)))],
+        )
+        out.family(
+            f"{PREFIX}snapshot_stale",
+            "gauge",
+            "Whether the served snapshot is older than the staleness bound (1) or not (0).",
+            [("", format_value(stale))],
+        )
+        out.family(
+            f"{PREFIX}render_duration_seconds",
+            "gauge",
+            "Time taken to render the served snapshot's exposition.",
+            [("", format_value(render_seconds))],
+        )
+        return out.text()

@@ -1,0 +1,67 @@
+"""The Prometheus text format 0.0.4, written by hand.
+
+prometheus_client would append `_total` to counter samples (and its OpenMetrics output requires
+it), which would break dcgm-exporter's exact names. Writing the format ourselves also lets us escape
+each label set once per entity instead of once per sample.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+Labels = tuple[tuple[str, str], ...]
+
+
+def escape_label_value(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def label_body(labels: Labels) -> str:
+    """'a="x",b="y"' (without braces), values escaped."""
+    return ",".join(f'{name}="{escape_label_value(value)}"' for name, value in labels)
+
+
+def format_value(value: float | int | bool, fixed: bool = False) -> str:
+    """Integers plainly; floats round-trippable, or with six decimals as dcgm-exporter prints."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if fixed:
+        return f"{value:.6f}"
+    if value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value)
+
+
+class FamilyWriter:
+    """Accumulates complete metric families; a family with no samples writes nothing."""
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+
+    def family(
+        self, name: str, kind: str, help_text: str, samples: Iterable[tuple[str, str]]
+    ) -> None:
+        """samples: (label body without braces, formatted value)."""
+        lines = [
+            f"{name}{{{body}}} {value}\n" if body else f"{name} {value}\n"
+            for body, value in samples
+        ]
+        if not lines:
+            return
+        self._parts.append(f"# HELP {name} {escape_help(help_text)}\n# TYPE {name} {kind}\n")
+        self._parts.extend(lines)
+
+    def text(self) -> str:
+        return "".join(self._parts)

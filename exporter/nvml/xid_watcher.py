@@ -1,0 +1,200 @@
+"""XID errors from NVML's event API, in a thread of their own because the wait blocks.
+
+There is no pollable "last XID" getter, so every event is tallied here as it arrives. Memory stays
+bounded in an XID storm: events are folded into per-code counters immediately, never queued, and
+the number of distinct codes kept per entity is capped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pynvml
+
+from exporter.nvml.binding import NVMLError, error_name
+from exporter.nvml.error_tally import ErrorTally
+from exporter.snapshot import XidRecord
+
+log = logging.getLogger(__name__)
+
+NO_INSTANCE = 0xFFFFFFFF
+# Codes beyond this many distinct values per entity are folded into 999, NVML's "unknown XID".
+MAX_DISTINCT_CODES = 256
+UNKNOWN_XID = 999
+WANTED_EVENTS = pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventMigConfigChange
+
+
+@dataclass
+class _Tally:
+    last_xid: int = 0
+    sequence: int = 0
+    counts: Counter[int] | None = None
+
+    def add(self, xid: int, sequence: int) -> None:
+        if self.counts is None:
+            self.counts = Counter()
+        # Keep one slot free for the overflow bucket so the total never exceeds the cap.
+        room = MAX_DISTINCT_CODES - (0 if UNKNOWN_XID in self.counts else 1)
+        if xid not in self.counts and len(self.counts) >= room:
+            xid = UNKNOWN_XID
+        self.counts[xid] += 1
+        self.last_xid = xid
+        self.sequence = sequence
+
+    def freeze(self) -> XidRecord:
+        return XidRecord(self.last_xid, self.sequence, tuple(sorted((self.counts or {}).items())))
+
+
+class XidBook:
+    """XID state per GPU UUID and per (GPU UUID, GPU-instance id)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sequence = 0
+        self._entities: dict[tuple[str, int | None], _Tally] = {}
+
+    def record(self, uuid: str, gpu_instance_id: int | None, xid: int) -> None:
+        if not 0 <= xid < 1 << 32:
+            xid = UNKNOWN_XID
+        with self._lock:
+            self._sequence += 1
+            tally = self._entities.setdefault((uuid, gpu_instance_id), _Tally())
+            tally.add(xid, self._sequence)
+
+    def gpu_record(self, uuid: str) -> XidRecord | None:
+        with self._lock:
+            tally = self._entities.get((uuid, None))
+            return None if tally is None else tally.freeze()
+
+    def instance_records(self, uuid: str) -> tuple[tuple[int, XidRecord], ...]:
+        with self._lock:
+            return tuple(
+                sorted(
+                    (gi, tally.freeze())
+                    for (u, gi), tally in self._entities.items()
+                    if u == uuid and gi is not None
+                )
+            )
+
+
+class XidWatcher:
+    def __init__(
+        self,
+        book: XidBook,
+        tally: ErrorTally,
+        on_mig_change: Callable[[str], None],
+        wait_ms: int = 1000,
+    ) -> None:
+        self._book = book
+        self._tally = tally
+        self._on_mig_change = on_mig_change
+        self._wait_ms = wait_ms
+        self._stop = threading.Event()
+        self._devices_lock = threading.Lock()
+        self._devices: tuple[int, ...] = ()
+        self._registered: tuple[int, ...] | None = None
+        self._event_set = None
+        self._thread: threading.Thread | None = None
+        self.healthy = False
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="xid-watcher", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def watch(self, indexes: Sequence[int]) -> None:
+        """Set the GPU indexes to register for; re-registers when the set changes."""
+        with self._devices_lock:
+            self._devices = tuple(sorted(indexes))
+
+    def _run(self) -> None:
+        backoff = 1.0
+        while not self._stop.is_set():
+            with self._devices_lock:
+                wanted = self._devices
+            if wanted != self._registered:
+                self._register(wanted)
+            if self._event_set is None:
+                self._stop.wait(min(backoff, 1.0))
+                continue
+            try:
+                data = pynvml.nvmlEventSetWait_v2(self._event_set, self._wait_ms)
+            except pynvml.NVMLError_Timeout:
+                self.healthy = True
+                backoff = 1.0
+                continue
+            except NVMLError as exc:
+                self._tally.record("nvmlEventSetWait_v2", error_name(exc))
+                log.warning("XID event wait failed: %s; re-registering in %.0fs", exc, backoff)
+                self.healthy = False
+                self._release()
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+                continue
+            self.healthy = True
+            self._handle(data)
+        self._release()
+
+    def _handle(self, data: pynvml.c_nvmlEventData_t) -> None:
+        try:
+            uuid = str(pynvml.nvmlDeviceGetUUID(data.device))
+        except NVMLError as exc:
+            self._tally.record("nvmlDeviceGetUUID", error_name(exc))
+            return
+        if data.eventType & pynvml.nvmlEventTypeXidCriticalError:
+            gi = data.gpuInstanceId
+            self._book.record(uuid, None if gi == NO_INSTANCE else int(gi), int(data.eventData))
+            log.warning(
+                "XID %d on %s (GPU instance %s)",
+                data.eventData,
+                uuid,
+                "-" if gi == NO_INSTANCE else gi,
+            )
+        if data.eventType & pynvml.nvmlEventMigConfigChange:
+            self._on_mig_change(uuid)
+
+    def _register(self, indexes: tuple[int, ...]) -> None:
+        self._release()
+        if not indexes:
+            self._registered = indexes
+            return
+        try:
+            event_set = pynvml.nvmlEventSetCreate()
+        except NVMLError as exc:
+            self._tally.record("nvmlEventSetCreate", error_name(exc))
+            return
+        registered = 0
+        for index in indexes:
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                mask = WANTED_EVENTS & pynvml.nvmlDeviceGetSupportedEventTypes(handle)
+                if mask:
+                    pynvml.nvmlDeviceRegisterEvents(handle, mask, event_set)
+                    registered += 1
+            except NVMLError as exc:
+                # NOT_SUPPORTED here means nothing was registered for this GPU; the set still works.
+                self._tally.record("nvmlDeviceRegisterEvents", error_name(exc))
+                log.info("GPU %d: XID events unavailable: %s", index, exc)
+        self._event_set = event_set
+        self._registered = indexes
+        self.healthy = registered > 0
+        log.debug("XID events registered on %d of %d GPUs", registered, len(indexes))
+
+    def _release(self) -> None:
+        if self._event_set is not None:
+            try:
+                pynvml.nvmlEventSetFree(self._event_set)
+            except NVMLError as exc:
+                self._tally.record("nvmlEventSetFree", error_name(exc))
+            self._event_set = None
+            self._registered = None

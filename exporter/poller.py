@@ -1,0 +1,354 @@
+"""The background sweep: NVML in, one immutable NodeSnapshot out per interval.
+
+Each GPU is read by its own worker, with a deadline. A device whose read does not return in time
+keeps its previous values, marked stale, and is not asked again until the hung call returns, so
+one wedged GPU neither stalls the sweep nor piles up threads. Workers are daemon threads: a call
+hung inside the driver must never keep the process from exiting on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, wait
+from dataclasses import replace
+from typing import Any
+
+import pynvml
+
+from exporter.config import CollectionConfig
+from exporter.nvml.binding import GPU_GONE, NVMLError, error_name
+from exporter.nvml.device_reader import DeviceReader
+from exporter.nvml.error_tally import ErrorTally
+from exporter.nvml.guarded_calls import GuardedNvml
+from exporter.nvml.mig_reader import MigReader
+from exporter.nvml.pcie_sampler import PcieSampler
+from exporter.nvml.xid_watcher import XidBook, XidWatcher
+from exporter.snapshot import CollectorStatus, GpuIdentity, GpuSnapshot, NodeSnapshot
+
+log = logging.getLogger(__name__)
+
+# Errors that mean the library as a whole is gone (driver unloaded or reloaded): re-initialise.
+_NVML_GONE = (
+    pynvml.NVMLError_Uninitialized,
+    pynvml.NVMLError_DriverNotLoaded,
+    pynvml.NVMLError_LibRmVersionMismatch,
+    pynvml.NVMLError_LibraryNotFound,
+)
+_MAX_INIT_BACKOFF = 300.0
+
+
+class DaemonWorkers:
+    """A minimal executor whose threads never block interpreter exit."""
+
+    def __init__(self, size: int, name: str) -> None:
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
+            for i in range(size)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, fn: Callable[[], Any]) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._queue.put((future, fn))
+        return future
+
+    def shutdown(self) -> None:
+        for _ in self._threads:
+            self._queue.put(None)
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, fn = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+
+def _placeholder(index: int) -> GpuIdentity:
+    return GpuIdentity(index=index, uuid="", name="", pci_bus_id="")
+
+
+class Poller:
+    def __init__(
+        self,
+        config: CollectionConfig,
+        publish: Callable[[NodeSnapshot], None],
+        *,
+        workers: int = 16,
+    ) -> None:
+        self._config = config
+        self._publish = publish
+        self._tally = ErrorTally()
+        self._nvml = GuardedNvml(self._tally)
+        self._reader = DeviceReader(self._nvml, threading.Lock())
+        self._mig = MigReader(self._nvml, config.mig_refresh_seconds)
+        self._xid_book = XidBook()
+        self._xid = (
+            XidWatcher(self._xid_book, self._tally, self._mig_changed)
+            if config.xid_enabled
+            else None
+        )
+        self._pcie = (
+            PcieSampler(self._nvml, config.pcie_interval_seconds) if config.pcie_enabled else None
+        )
+        self._workers = DaemonWorkers(workers, "nvml-device")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._sweep_lock = threading.Lock()
+
+        self._initialized = False
+        self._next_init_at = 0.0
+        self._init_backoff = 1.0
+        self._last_init_error: str | None = None
+        self._driver_version: str | None = None
+        self._handles: dict[int, Any] = {}
+        self._identities: dict[int, tuple[GpuIdentity, float]] = {}
+        self._in_flight: dict[int, Future[GpuSnapshot]] = {}
+        self._previous: dict[int, GpuSnapshot] = {}
+        self._sequence = 0
+        self._last_success_at: float | None = None
+
+    # Lifecycle
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="nvml-poller", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 3.0) -> None:
+        self._stop.set()
+        for helper in (self._xid, self._pcie):
+            if helper is not None:
+                helper.stop(timeout)
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._workers.shutdown()
+        if self._initialized and not self._in_flight:
+            try:
+                pynvml.nvmlShutdown()
+            except NVMLError as exc:
+                log.debug("nvmlShutdown: %s", exc)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                snapshot = self.sweep()
+                self._publish(snapshot)
+            except Exception:
+                # A bug in one sweep must not end collection for good.
+                log.exception("sweep failed")
+            elapsed = time.monotonic() - started
+            self._stop.wait(max(0.0, self._config.interval_seconds - elapsed))
+
+    # One sweep
+
+    def sweep(self) -> NodeSnapshot:
+        # One sweep at a time: the per-device bookkeeping below is not meant to be shared.
+        with self._sweep_lock:
+            return self._sweep()
+
+    def _sweep(self) -> NodeSnapshot:
+        started = time.monotonic()
+        if not self._initialized and started >= self._next_init_at:
+            self._initialize()
+        gpus: tuple[GpuSnapshot, ...] = ()
+        nvml_ok = self._initialized
+        if self._initialized:
+            try:
+                count = pynvml.nvmlDeviceGetCount()
+            except NVMLError as exc:
+                self._tally.record("nvmlDeviceGetCount", error_name(exc))
+                if isinstance(exc, _NVML_GONE):
+                    self._lose_nvml(exc)
+                else:
+                    log.warning("nvmlDeviceGetCount failed: %s", exc)
+                nvml_ok = False
+            else:
+                gpus = self._read_devices(count, started)
+                self._keep_helpers_current(gpus)
+        finished = time.monotonic()
+        duration = finished - started
+        now = time.time()
+        if nvml_ok:
+            self._last_success_at = now
+        self._sequence += 1
+        collectors = [CollectorStatus("nvml", nvml_ok and all(g.up for g in gpus), duration)]
+        if self._xid is not None:
+            collectors.append(CollectorStatus("xid", self._xid.healthy, 0.0))
+        if self._pcie is not None:
+            collectors.append(
+                CollectorStatus("pcie", self._pcie.last_success, self._pcie.last_duration_seconds)
+            )
+        return NodeSnapshot(
+            taken_at=now,
+            monotonic_at=finished,
+            sweep_duration_seconds=duration,
+            nvml_up=nvml_ok,
+            driver_version=self._driver_version,
+            gpus=gpus,
+            collectors=tuple(collectors),
+            nvml_errors=self._tally.snapshot(),
+            last_success_at=self._last_success_at,
+            sequence=self._sequence,
+        )
+
+    def _read_devices(self, count: int, started: float) -> tuple[GpuSnapshot, ...]:
+        submitted: dict[int, Future[GpuSnapshot]] = {}
+        for index in range(count):
+            pending = self._in_flight.get(index)
+            if pending is not None and not pending.done():
+                continue  # still hung in an earlier call; do not stack another one on it
+            submitted[index] = self._workers.submit(lambda i=index: self._read_device(i))
+            self._in_flight[index] = submitted[index]
+        remaining = started + self._config.device_timeout_seconds - time.monotonic()
+        wait(submitted.values(), timeout=max(0.0, remaining))
+
+        gpus = []
+        for index in range(count):
+            future = submitted.get(index)
+            if future is not None and future.done():
+                del self._in_flight[index]
+                gpu = future.result()
+            else:
+                gpu = self._stale(index)
+            gpus.append(gpu)
+        self._previous = {g.identity.index: g for g in gpus}
+        for index in [i for i in self._in_flight if i >= count]:
+            del self._in_flight[index]
+        return tuple(gpus)
+
+    def _stale(self, index: int) -> GpuSnapshot:
+        previous = self._previous.get(index)
+        if previous is not None:
+            return replace(previous, stale=True)
+        identity = self._identities.get(index, (_placeholder(index), 0.0))[0]
+        return GpuSnapshot(
+            identity, up=False, readings=None, stale=True, error="NVML call timed out"
+        )
+
+    def _read_device(self, index: int) -> GpuSnapshot:
+        """Runs on a worker thread. Never raises: every failure becomes a down device."""
+        identity = self._identities.get(index, (None, 0.0))[0]
+        try:
+            handle = self._handles.get(index)
+            if handle is None:
+                handle = self._nvml.raw("nvmlDeviceGetHandleByIndex", index)
+                self._handles[index] = handle
+            identity = self._identity(index, handle)
+            readings = self._reader.read_board(identity, handle)
+            instances = self._mig.read(identity, handle) if identity.mig_enabled else ()
+        except GPU_GONE as exc:
+            self._handles.pop(index, None)
+            if identity is not None:
+                self._mig.invalidate(identity.uuid)
+            log.error("GPU %d is lost: %s", index, exc)
+            return GpuSnapshot(
+                identity or _placeholder(index), up=False, readings=None, error=str(exc)
+            )
+        except NVMLError as exc:
+            self._handles.pop(index, None)
+            log.warning("GPU %d could not be read: %s", index, exc)
+            return GpuSnapshot(
+                identity or _placeholder(index), up=False, readings=None, error=str(exc)
+            )
+        except Exception as exc:
+            log.exception("GPU %d: unexpected error", index)
+            return GpuSnapshot(
+                identity or _placeholder(index),
+                up=False,
+                readings=None,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+        if self._pcie is not None:
+            pcie = self._pcie.latest(identity.uuid)
+            if pcie is not None:
+                readings = replace(readings, pcie_tx_kbps=pcie[0], pcie_rx_kbps=pcie[1])
+        gpu_xid = self._xid_book.gpu_record(identity.uuid)
+        return GpuSnapshot(
+            identity,
+            up=True,
+            readings=readings,
+            mig_instances=instances,
+            instance_xids=self._xid_book.instance_records(identity.uuid),
+            **({"xid": gpu_xid} if gpu_xid is not None else {}),
+        )
+
+    def _identity(self, index: int, handle: Any) -> GpuIdentity:
+        cached = self._identities.get(index)
+        now = time.monotonic()
+        if cached is not None and now - cached[1] < self._config.mig_refresh_seconds:
+            return cached[0]
+        identity = self._reader.read_identity(index, handle)
+        if cached is not None and (
+            cached[0].uuid != identity.uuid or cached[0].mig_enabled != identity.mig_enabled
+        ):
+            # A MIG mode change (after a GPU reset) or a different board in this slot: whatever
+            # was learned about the old configuration is wrong now.
+            for uuid in {cached[0].uuid, identity.uuid}:
+                self._nvml.forget(uuid)
+                self._reader.forget(uuid)
+                self._mig.invalidate(uuid)
+        self._identities[index] = (identity, now)
+        return identity
+
+    def _mig_changed(self, uuid: str) -> None:
+        log.info("%s: MIG configuration changed; re-reading its instances", uuid)
+        self._mig.invalidate(uuid)
+        for index, (identity, _) in list(self._identities.items()):
+            if identity.uuid == uuid:
+                self._identities.pop(index, None)
+
+    def _keep_helpers_current(self, gpus: tuple[GpuSnapshot, ...]) -> None:
+        live = [g.identity for g in gpus if g.up]
+        if self._xid is not None:
+            self._xid.watch([i.index for i in live])
+        if self._pcie is not None:
+            self._pcie.sample([(i.index, i.uuid) for i in live])
+
+    # NVML library state
+
+    def _initialize(self) -> None:
+        try:
+            pynvml.nvmlInit()
+            self._driver_version = str(pynvml.nvmlSystemGetDriverVersion())
+        except NVMLError as exc:
+            self._tally.record("nvmlInit", error_name(exc))
+            message = f"{exc} ({error_name(exc)})"
+            if message != self._last_init_error:
+                log.error("NVML initialisation failed: %s; retrying with backoff", message)
+                self._last_init_error = message
+            self._next_init_at = time.monotonic() + self._init_backoff
+            self._init_backoff = min(self._init_backoff * 2, _MAX_INIT_BACKOFF)
+            return
+        self._initialized = True
+        self._init_backoff = 1.0
+        self._last_init_error = None
+        log.info("NVML initialised, driver %s", self._driver_version)
+        for helper in (self._xid, self._pcie):
+            if helper is not None:
+                helper.start()
+
+    def _lose_nvml(self, exc: NVMLError) -> None:
+        log.error("NVML became unavailable (%s); re-initialising", exc)
+        self._initialized = False
+        self._handles.clear()
+        self._identities.clear()
+        self._mig.invalidate()
+        with contextlib.suppress(NVMLError):
+            pynvml.nvmlShutdown()

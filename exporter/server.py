@@ -1,0 +1,154 @@
+"""The HTTP side: serves the pre-rendered exposition and the health endpoints.
+
+Nothing here touches NVML or renders the body; a scrape copies cached bytes and appends a tail
+of a few lines, so concurrent scrapes cost about what one does and never wait on a sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import logging
+import signal
+import time
+from collections.abc import Callable
+
+from aiohttp import web
+
+from exporter import __version__
+from exporter.config import WebConfig
+from exporter.exposition.store import ExpositionStore
+from exporter.exposition.text_format import CONTENT_TYPE
+
+log = logging.getLogger(__name__)
+
+_PLAIN_HEADERS = {"Content-Type": CONTENT_TYPE, "Vary": "Accept-Encoding"}
+_GZIP_HEADERS = {**_PLAIN_HEADERS, "Content-Encoding": "gzip"}
+STORE_KEY: web.AppKey[ExpositionStore] = web.AppKey("store", ExpositionStore)
+
+
+def accepts_gzip(header: str) -> bool:
+    for part in header.split(","):
+        token, _, params = part.strip().partition(";")
+        if token.strip().lower() not in ("gzip", "*"):
+            continue
+        quality = params.strip().lower()
+        if quality.startswith("q="):
+            try:
+                return float(quality[2:]) > 0
+            except ValueError:
+                return False
+        return True
+    return False
+
+
+class Handlers:
+    def __init__(self, store: ExpositionStore, config: WebConfig, poller_alive: Callable[[], bool]):
+        self._store = store
+        self._config = config
+        self._poller_alive = poller_alive
+        self._started = time.monotonic()
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        exposition = self._store.current
+        if exposition is None:
+            return web.Response(status=503, text="no NVML snapshot collected yet\n")
+        gzip = accepts_gzip(request.headers.get("Accept-Encoding", ""))
+        body = exposition.response(gzip, self._config.stale_after_seconds)
+        return web.Response(body=body, headers=_GZIP_HEADERS if gzip else _PLAIN_HEADERS)
+
+    def _health_problem(self) -> str | None:
+        if not self._poller_alive():
+            return "the NVML poller thread has stopped"
+        exposition = self._store.current
+        since = exposition.snapshot.monotonic_at if exposition else self._started
+        age = time.monotonic() - since
+        if age > self._config.health_max_age_seconds:
+            what = "last NVML sweep finished" if exposition else "start, and no sweep has finished"
+            return (
+                f"{age:.0f}s since the {what}; the limit is "
+                f"{self._config.health_max_age_seconds:.0f}s (is an NVML call hanging?)"
+            )
+        return None
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        problem = self._health_problem()
+        if problem:
+            return web.Response(status=503, text=f"unhealthy: {problem}\n")
+        return web.Response(text="ok\n")
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        if self._store.current is None:
+            return web.Response(status=503, text="not ready: no snapshot collected yet\n")
+        return web.Response(text="ready\n")
+
+    async def index(self, request: web.Request) -> web.Response:
+        path = html.escape(self._config.telemetry_path)
+        body = (
+            "<!DOCTYPE html><html><head><title>kube-gpu-exporter</title></head><body>"
+            f"<h1>kube-gpu-exporter {html.escape(__version__)}</h1>"
+            "<p>NVIDIA GPU metrics for Kubernetes, compatible with dcgm-exporter.</p><ul>"
+            f'<li><a href="{path}">{path}</a>: metrics</li>'
+            '<li><a href="/healthz">/healthz</a>: liveness</li>'
+            '<li><a href="/readyz">/readyz</a>: readiness</li>'
+            "</ul></body></html>"
+        )
+        return web.Response(text=body, content_type="text/html")
+
+
+def build_app(
+    store: ExpositionStore, config: WebConfig, poller_alive: Callable[[], bool]
+) -> web.Application:
+    handlers = Handlers(store, config, poller_alive)
+    app = web.Application()
+    app[STORE_KEY] = store
+    app.router.add_get(config.telemetry_path, handlers.metrics)
+    app.router.add_get("/healthz", handlers.healthz)
+    app.router.add_get("/health", handlers.healthz)  # dcgm-exporter's path, for drop-in probes
+    app.router.add_get("/readyz", handlers.readyz)
+    if config.telemetry_path != "/":
+        app.router.add_get("/", handlers.index)
+    return app
+
+
+def split_listen_address(address: str) -> tuple[str | None, int]:
+    """':9455' -> (None, 9455), '127.0.0.1:9455', '[::1]:9455'. Raises ValueError."""
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"{address!r} is not HOST:PORT with a port from 1 to 65535")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"{address!r}: write IPv6 hosts in brackets, e.g. [::1]:9455")
+    return (host or None), int(port_text)
+
+
+async def serve(
+    app: web.Application,
+    address: str,
+    ready: Callable[[int], None] | None = None,
+    shutdown_timeout: float = 4.0,
+) -> None:
+    """Serve until SIGTERM or SIGINT, then finish in-flight requests and return."""
+    host, port = split_listen_address(address)
+    runner = web.AppRunner(
+        app, handle_signals=False, access_log=None, shutdown_timeout=shutdown_timeout
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    await site.start()
+    bound = port
+    if runner.addresses:
+        bound = runner.addresses[0][1]
+    log.info("listening on %s", address if bound == port else f"{host or ''}:{bound}")
+    if ready is not None:
+        ready(bound)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,194 @@
+"""The simulated node's description: parsed from a YAML fleet file and validated field by field,
+so a mistake is reported as one line naming the offending field."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from exporter.simulator.gpu_models import MODELS, GpuModel, find_model
+from exporter.simulator.mig_layout import MigLayoutError, PlacedInstance, place
+
+WORKLOADS = ("training", "inference", "batch", "idle")
+MAX_GPUS = 64
+MAX_FILE_BYTES = 1 << 20
+_DRIVER_VERSION = re.compile(r"^\d{3}\.\d{1,3}(\.\d{1,3})?$")
+_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+class FleetError(ValueError):
+    """A fleet file problem; str() is the one-line message for the user."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    model: GpuModel
+    workload: str
+    ecc: bool
+    # None: MIG disabled (or unsupported). A tuple, possibly empty: MIG enabled with these.
+    mig: tuple[PlacedInstance, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSpec:
+    node_name: str
+    driver_version: str
+    seed: int
+    call_latency_us: float
+    pcie_window_ms: float
+    gpus: tuple[GpuSpec, ...]
+
+    @property
+    def driver_major(self) -> int:
+        return int(self.driver_version.split(".", 1)[0])
+
+
+def default_fleet() -> FleetSpec:
+    text = resources.files("exporter.simulator").joinpath("default_fleet.yaml").read_text()
+    return parse_fleet(text, "built-in default fleet")
+
+
+def load_fleet(path: str | Path) -> FleetSpec:
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise FleetError(f"fleet file {path}: {size} bytes is over the {MAX_FILE_BYTES} limit")
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FleetError(f"fleet file {path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise FleetError(f"fleet file {path}: not UTF-8 text") from None
+    return parse_fleet(text, f"fleet file {path}")
+
+
+def parse_fleet(text: str, source: str) -> FleetSpec:
+    try:
+        return _Parser(source).fleet(_load_yaml(text))
+    except FleetError:
+        raise
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "syntax error"
+        raise FleetError(f"{source}: not valid YAML{where}: {problem}") from None
+
+
+def _load_yaml(text: str) -> Any:
+    # Aliases are how YAML bombs multiply; a fleet file never needs them.
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            raise FleetError("YAML aliases (*name) are not allowed in a fleet file")
+    return yaml.safe_load(text)
+
+
+class _Parser:
+    def __init__(self, source: str) -> None:
+        self._source = source
+
+    def _fail(self, path: str, message: str) -> FleetError:
+        return FleetError(f"{self._source}: {path}: {message}")
+
+    def _mapping(self, value: Any, path: str, allowed: set[str]) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self._fail(path, f"expected a mapping, got {_kind(value)}")
+        for key in value:
+            if key not in allowed:
+                raise self._fail(
+                    f"{path}.{key}" if path != "(top level)" else str(key),
+                    f"unknown field (allowed: {', '.join(sorted(allowed))})",
+                )
+        return value
+
+    def _number(self, value: Any, path: str, low: float, high: float) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self._fail(path, f"expected a number, got {_kind(value)}")
+        if not low <= value <= high:
+            raise self._fail(path, f"{value} is out of range [{low}, {high}]")
+        return float(value)
+
+    def fleet(self, doc: Any) -> FleetSpec:
+        if doc is None:
+            raise FleetError(f"{self._source}: the file is empty")
+        top = self._mapping(
+            doc, "(top level)", {"node_name", "driver_version", "seed", "latency", "gpus"}
+        )
+        node_name = top.get("node_name", "sim-gpu-node-0")
+        if not isinstance(node_name, str) or not _NODE_NAME.match(node_name):
+            raise self._fail("node_name", f"{node_name!r} is not a valid Kubernetes node name")
+        driver = top.get("driver_version", "550.54.15")
+        if not isinstance(driver, str) or not _DRIVER_VERSION.match(driver):
+            raise self._fail(
+                "driver_version", f'{driver!r} is not a driver version like "550.54.15" (quote it)'
+            )
+        seed = int(self._number(top.get("seed", 1), "seed", 0, 2**31 - 1))
+        latency = self._mapping(top.get("latency", {}), "latency", {"call_us", "pcie_window_ms"})
+        call_us = self._number(latency.get("call_us", 100), "latency.call_us", 0, 1_000_000)
+        pcie_ms = self._number(
+            latency.get("pcie_window_ms", 20), "latency.pcie_window_ms", 0, 10_000
+        )
+        gpus_doc = top.get("gpus")
+        if not isinstance(gpus_doc, list) or not gpus_doc:
+            raise self._fail("gpus", f"expected a non-empty list, got {_kind(gpus_doc)}")
+        gpus: list[GpuSpec] = []
+        for i, entry in enumerate(gpus_doc):
+            spec, count = self._gpu(entry, f"gpus[{i}]", driver)
+            if len(gpus) + count > MAX_GPUS:
+                raise self._fail(f"gpus[{i}].count", f"the node would exceed {MAX_GPUS} GPUs")
+            gpus.extend([spec] * count)
+        return FleetSpec(node_name, driver, seed, call_us, pcie_ms, tuple(gpus))
+
+    def _gpu(self, entry: Any, path: str, driver: str) -> tuple[GpuSpec, int]:
+        gpu = self._mapping(entry, path, {"model", "count", "workload", "ecc", "mig"})
+        model_name = gpu.get("model")
+        model = find_model(model_name) if isinstance(model_name, str) else None
+        if model is None:
+            raise self._fail(
+                f"{path}.model",
+                f"unknown GPU model {model_name!r} (known: {', '.join(MODELS)})",
+            )
+        count = int(self._number(gpu.get("count", 1), f"{path}.count", 1, MAX_GPUS))
+        if isinstance(gpu.get("count", 1), float):
+            raise self._fail(f"{path}.count", "expected a whole number")
+        workload = gpu.get("workload", "training")
+        if workload not in WORKLOADS:
+            raise self._fail(
+                f"{path}.workload", f"unknown workload {workload!r} (known: {', '.join(WORKLOADS)})"
+            )
+        ecc = gpu.get("ecc", True)
+        if not isinstance(ecc, bool):
+            raise self._fail(f"{path}.ecc", f"expected true or false, got {_kind(ecc)}")
+        mig = gpu.get("mig")
+        placed: tuple[PlacedInstance, ...] | None = None
+        if mig is not None:
+            if not model.mig_capable:
+                raise self._fail(f"{path}.mig", f"{model.name} does not support MIG")
+            if not isinstance(mig, list) or not all(isinstance(p, str) for p in mig):
+                raise self._fail(f"{path}.mig", "expected a list of MIG profile names")
+            minimum = 525 if model.architecture >= 9 else 450
+            if int(driver.split(".")[0]) < minimum:
+                raise self._fail(
+                    f"{path}.mig", f"MIG on {model.name} needs driver R{minimum} or newer"
+                )
+            try:
+                placed = place(model, mig)
+            except MigLayoutError as exc:
+                message = str(exc)
+                suffix = message.split(":", 1) if message.startswith("[") else None
+                if suffix:
+                    raise self._fail(f"{path}.mig{suffix[0]}", suffix[1].strip()) from None
+                raise self._fail(f"{path}.mig", message) from None
+        return GpuSpec(model, workload, ecc, placed), count
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )

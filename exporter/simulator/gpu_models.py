@@ -1,0 +1,214 @@
+"""Reference GPU models the simulator can be: real NVML names, PCI ids, memory sizes, TDPs, MIG
+profile tables. Facts from ../shared/reference/nvml-facts.md sections 14 and 15."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ARCH_TURING = 6
+ARCH_AMPERE = 7
+ARCH_ADA = 8
+ARCH_HOPPER = 9
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    name: str
+    # The driver's GI profile id (what `nvidia-smi mig -lgip` prints), not the enum index.
+    profile_id: int
+    # NVML_GPU_INSTANCE_PROFILE_* enum index, the argument to GetGpuInstanceProfileInfo.
+    enum_index: int
+    max_count: int
+    memory_mib: int
+    multiprocessors: int
+    placement_starts: tuple[int, ...]
+    placement_size: int
+
+    @property
+    def compute_slices(self) -> int:
+        return int(self.name.split("g.", 1)[0])
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    key: str
+    name: str
+    pci_device_id: int
+    memory_mib: int
+    reserved_mib: int
+    tdp_mw: int
+    idle_power_mw: int
+    architecture: int
+    compute_capability: tuple[int, int]
+    max_sm_clock_mhz: int
+    idle_sm_clock_mhz: int
+    mem_clock_mhz: int
+    nvlink_links: int
+    hbm: bool  # HBM parts report a memory temperature; GDDR parts do not.
+    mig_profiles: tuple[MigProfile, ...] = ()
+    slowdown_temp_c: int = 87
+    shutdown_temp_c: int = 92
+
+    @property
+    def mig_capable(self) -> bool:
+        return bool(self.mig_profiles)
+
+    @property
+    def row_remapping(self) -> bool:
+        return self.architecture >= ARCH_AMPERE
+
+    def profile(self, name: str) -> MigProfile | None:
+        return next((p for p in self.mig_profiles if p.name == name), None)
+
+
+def _profiles(
+    rows: list[tuple[str, int, int, int, int, int, tuple[int, ...], int]],
+) -> tuple[MigProfile, ...]:
+    return tuple(MigProfile(*row) for row in rows)
+
+
+_ALL7 = (0, 1, 2, 3, 4, 5, 6)
+
+H100_80GB = GpuModel(
+    key="H100-80GB-HBM3",
+    name="NVIDIA H100 80GB HBM3",
+    pci_device_id=0x233010DE,
+    memory_mib=81559,
+    reserved_mib=328,
+    tdp_mw=700_000,
+    idle_power_mw=68_000,
+    architecture=ARCH_HOPPER,
+    compute_capability=(9, 0),
+    max_sm_clock_mhz=1980,
+    idle_sm_clock_mhz=345,
+    mem_clock_mhz=2619,
+    nvlink_links=18,
+    hbm=True,
+    mig_profiles=_profiles(
+        [
+            ("1g.10gb", 19, 0, 7, 9984, 16, _ALL7, 1),
+            ("1g.10gb+me", 20, 7, 1, 9984, 16, _ALL7, 1),
+            ("1g.20gb", 15, 9, 4, 20096, 26, (0, 2, 4, 6), 2),
+            ("2g.20gb", 14, 1, 3, 20096, 32, (0, 2, 4), 2),
+            ("3g.40gb", 9, 2, 2, 40448, 60, (0, 4), 4),
+            ("4g.40gb", 5, 3, 1, 40448, 64, (0,), 4),
+            ("7g.80gb", 0, 4, 1, 81152, 132, (0,), 8),
+        ]
+    ),
+)
+
+A100_80GB = GpuModel(
+    key="A100-SXM4-80GB",
+    name="NVIDIA A100-SXM4-80GB",
+    pci_device_id=0x20B210DE,
+    memory_mib=81920,
+    reserved_mib=562,
+    tdp_mw=400_000,
+    idle_power_mw=60_000,
+    architecture=ARCH_AMPERE,
+    compute_capability=(8, 0),
+    max_sm_clock_mhz=1410,
+    idle_sm_clock_mhz=210,
+    mem_clock_mhz=1593,
+    nvlink_links=12,
+    hbm=True,
+    mig_profiles=_profiles(
+        [
+            ("1g.10gb", 19, 0, 7, 9856, 14, _ALL7, 1),
+            ("1g.10gb+me", 20, 7, 1, 9856, 14, _ALL7, 1),
+            ("1g.20gb", 15, 9, 4, 19968, 14, (0, 2, 4, 6), 2),
+            ("2g.20gb", 14, 1, 3, 19968, 28, (0, 2, 4), 2),
+            ("3g.40gb", 9, 2, 2, 40192, 42, (0, 4), 4),
+            ("4g.40gb", 5, 3, 1, 40192, 56, (0,), 4),
+            ("7g.80gb", 0, 4, 1, 80384, 98, (0,), 8),
+        ]
+    ),
+)
+
+A100_40GB = GpuModel(
+    key="A100-SXM4-40GB",
+    name="NVIDIA A100-SXM4-40GB",
+    pci_device_id=0x20B010DE,
+    memory_mib=40960,
+    reserved_mib=421,
+    tdp_mw=400_000,
+    idle_power_mw=55_000,
+    architecture=ARCH_AMPERE,
+    compute_capability=(8, 0),
+    max_sm_clock_mhz=1410,
+    idle_sm_clock_mhz=210,
+    mem_clock_mhz=1215,
+    nvlink_links=12,
+    hbm=True,
+    mig_profiles=_profiles(
+        [
+            ("1g.5gb", 19, 0, 7, 4864, 14, _ALL7, 1),
+            ("1g.5gb+me", 20, 7, 1, 4864, 14, _ALL7, 1),
+            ("1g.10gb", 15, 9, 4, 9856, 14, (0, 2, 4, 6), 2),
+            ("2g.10gb", 14, 1, 3, 9856, 28, (0, 2, 4), 2),
+            ("3g.20gb", 9, 2, 2, 19968, 42, (0, 4), 4),
+            ("4g.20gb", 5, 3, 1, 19968, 56, (0,), 4),
+            ("7g.40gb", 0, 4, 1, 40192, 98, (0,), 8),
+        ]
+    ),
+)
+
+T4 = GpuModel(
+    key="T4",
+    name="Tesla T4",
+    pci_device_id=0x1EB810DE,
+    memory_mib=15360,
+    reserved_mib=250,
+    tdp_mw=70_000,
+    idle_power_mw=10_000,
+    architecture=ARCH_TURING,
+    compute_capability=(7, 5),
+    max_sm_clock_mhz=1590,
+    idle_sm_clock_mhz=300,
+    mem_clock_mhz=5001,
+    nvlink_links=0,
+    hbm=False,
+    slowdown_temp_c=82,
+    shutdown_temp_c=90,
+)
+
+L4 = GpuModel(
+    key="L4",
+    name="NVIDIA L4",
+    pci_device_id=0x27B810DE,
+    memory_mib=23034,
+    reserved_mib=380,
+    tdp_mw=72_000,
+    idle_power_mw=16_000,
+    architecture=ARCH_ADA,
+    compute_capability=(8, 9),
+    max_sm_clock_mhz=2040,
+    idle_sm_clock_mhz=210,
+    mem_clock_mhz=6251,
+    nvlink_links=0,
+    hbm=False,
+)
+
+L40S = GpuModel(
+    key="L40S",
+    name="NVIDIA L40S",
+    pci_device_id=0x26B910DE,
+    memory_mib=46068,
+    reserved_mib=520,
+    tdp_mw=350_000,
+    idle_power_mw=35_000,
+    architecture=ARCH_ADA,
+    compute_capability=(8, 9),
+    max_sm_clock_mhz=2520,
+    idle_sm_clock_mhz=210,
+    mem_clock_mhz=9001,
+    nvlink_links=0,
+    hbm=False,
+)
+
+MODELS: dict[str, GpuModel] = {m.key: m for m in (H100_80GB, A100_80GB, A100_40GB, T4, L4, L40S)}
+
+
+def find_model(name: str) -> GpuModel | None:
+    """Look a model up by its short key or by its exact NVML name."""
+    return MODELS.get(name) or next((m for m in MODELS.values() if m.name == name), None)

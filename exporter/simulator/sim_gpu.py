@@ -1,0 +1,258 @@
+"""State of one simulated GPU (and its MIG instances) and the physical signals derived from it.
+
+All values are in NVML's own units: mW, mJ, bytes, MHz, KB/s, KiB, degrees C.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid as uuidlib
+from dataclasses import dataclass, field
+
+from exporter.simulator.fleet import GpuSpec
+from exporter.simulator.workload import SHAPES, WorkloadShape, smooth_noise, utilization
+
+MIB = 1 << 20
+AMBIENT_C = 28.0
+THERMAL_LAG_S = 20.0
+# Clock-event reason bits (nvmlClocksEventReason*).
+GPU_IDLE = 0x1
+SW_POWER_CAP = 0x4
+SW_THERMAL_SLOWDOWN = 0x20
+HW_THERMAL_SLOWDOWN = 0x40
+# DGX H100 PCI bus numbers of its eight GPUs.
+_DGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+
+
+def stable_uuid(seed: int, *parts: object) -> str:
+    return str(
+        uuidlib.uuid5(
+            uuidlib.NAMESPACE_OID, f"kube-gpu-exporter/{seed}/" + "/".join(map(str, parts))
+        )
+    )
+
+
+@dataclass
+class SimMigInstance:
+    slot: int
+    profile_name: str
+    profile_id: int
+    gpu_instance_id: int
+    compute_instance_id: int
+    memory_mib: int
+    multiprocessors: int
+    compute_slices: int
+    uuid: str
+    key: int
+
+
+@dataclass
+class Counters:
+    """Monotonic counters, advanced lazily whenever they are read."""
+
+    energy_mj: float = 0.0
+    nvlink_tx_kib: list[float] = field(default_factory=list)
+    nvlink_rx_kib: list[float] = field(default_factory=list)
+    advanced_to: float | None = None
+
+
+class SimGpu:
+    def __init__(self, index: int, spec: GpuSpec, seed: int, clock_start: float) -> None:
+        self.index = index
+        self.spec = spec
+        self.model = spec.model
+        self.seed = seed
+        self.key = index * 1009 + 7
+        self.uuid = f"GPU-{stable_uuid(seed, 'gpu', index)}"
+        bus = _DGX_BUSES[index] if index < len(_DGX_BUSES) else 0x10 + index
+        self.pci_bus = bus
+        self.pci_bus_id = f"00000000:{bus:02X}:00.0"
+        self.serial = f"16523{seed % 1000:03d}{index:05d}"
+        self.lock = threading.RLock()
+        self.mig_enabled = spec.mig is not None
+        self.mig_slots: list[SimMigInstance | None] = []
+        for slot, placed in enumerate(spec.mig or ()):
+            self.mig_slots.append(
+                SimMigInstance(
+                    slot=slot,
+                    profile_name=placed.profile.name,
+                    profile_id=placed.profile.profile_id,
+                    gpu_instance_id=placed.gpu_instance_id,
+                    compute_instance_id=0,
+                    memory_mib=placed.profile.memory_mib,
+                    multiprocessors=placed.profile.multiprocessors,
+                    compute_slices=placed.profile.compute_slices,
+                    uuid=f"MIG-{stable_uuid(seed, 'mig', index, placed.gpu_instance_id)}",
+                    key=self.key * 31 + placed.gpu_instance_id,
+                )
+            )
+        self.shape: WorkloadShape = SHAPES[spec.workload]
+        # Faults and slow-moving state.
+        self.lost = False
+        self.temperature_offset_c = 0.0
+        self.ecc_enabled = spec.ecc
+        self.ecc_sbe_volatile = 0
+        self.ecc_dbe_volatile = 0
+        # Aggregate counters survive driver reloads; start with a plausible history.
+        self.ecc_sbe_history = 3 * (index % 3)
+        self.ecc_dbe_history = 0
+        self.remapped_correctable = index % 2
+        self.remapped_uncorrectable = 0
+        self.remapped_pending = 0
+        self.remapped_failure = 0
+        self.pcie_replays = 0
+        links = self.model.nvlink_links
+        self.counters = Counters(
+            energy_mj=1.0e9 + index * 3.3e7,
+            nvlink_tx_kib=[0.0] * links,
+            nvlink_rx_kib=[0.0] * links,
+            advanced_to=clock_start,
+        )
+
+    # Activity
+
+    def live_instances(self) -> list[SimMigInstance]:
+        return [m for m in self.mig_slots if m is not None]
+
+    def instance_utilization(self, instance: SimMigInstance, t: float) -> float:
+        return utilization(self.shape, self.seed, instance.key, t)
+
+    def utilization(self, t: float) -> float:
+        """Busy fraction of the whole board; a MIG board is busy in proportion to its instances."""
+        if self.mig_enabled:
+            instances = self.live_instances()
+            return sum(self.instance_utilization(m, t) * m.compute_slices for m in instances) / 7
+        return utilization(self.shape, self.seed, self.key, t)
+
+    def memory_copy_utilization(self, t: float) -> float:
+        return min(
+            1.0, 0.55 * self.utilization(t) + 0.03 * abs(smooth_noise(self.seed, self.key + 1, t))
+        )
+
+    def decoder_utilization(self, t: float) -> float:
+        if self.shape.decoder == 0.0:
+            return 0.0
+        return min(1.0, self.shape.decoder * (1 + smooth_noise(self.seed, self.key + 2, t)))
+
+    # Power, temperature, clocks
+
+    def power_limit_mw(self) -> int:
+        return self.model.tdp_mw
+
+    def power_mw(self, t: float) -> int:
+        u = self.utilization(t)
+        dynamic = (self.model.tdp_mw * 0.97 - self.model.idle_power_mw) * u**1.2
+        jitter = 0.01 * self.model.tdp_mw * smooth_noise(self.seed, self.key + 3, t * 4)
+        return int(
+            min(
+                self.power_limit_mw(),
+                max(self.model.idle_power_mw * 0.9, self.model.idle_power_mw + dynamic + jitter),
+            )
+        )
+
+    def temperature_c(self, t: float) -> int:
+        # Temperature follows power with a lag: the heat sink takes time to warm up.
+        past = self.power_mw(t - THERMAL_LAG_S) / self.model.tdp_mw
+        return round(AMBIENT_C + 6 + 48 * past + self.temperature_offset_c)
+
+    def memory_temperature_c(self, t: float) -> int:
+        return self.temperature_c(t) + 4
+
+    def clock_event_reasons(self, t: float) -> int:
+        reasons = 0
+        if self.utilization(t) < 0.01:
+            reasons |= GPU_IDLE
+        if self.power_mw(t) >= 0.97 * self.power_limit_mw():
+            reasons |= SW_POWER_CAP
+        temperature = self.temperature_c(t)
+        if temperature >= self.model.slowdown_temp_c:
+            reasons |= SW_THERMAL_SLOWDOWN
+        if temperature >= self.model.shutdown_temp_c - 2:
+            reasons |= HW_THERMAL_SLOWDOWN
+        return reasons
+
+    def sm_clock_mhz(self, t: float) -> int:
+        u = self.utilization(t)
+        if u < 0.01:
+            return self.model.idle_sm_clock_mhz
+        clock = self.model.max_sm_clock_mhz * (0.7 + 0.3 * min(1.0, u * 1.4))
+        if self.clock_event_reasons(t) & (SW_THERMAL_SLOWDOWN | HW_THERMAL_SLOWDOWN):
+            clock *= 0.6
+        return int(clock) // 15 * 15  # clocks move in 15 MHz steps
+
+    def mem_clock_mhz(self, t: float) -> int:
+        return self.model.mem_clock_mhz
+
+    # Memory
+
+    def memory(self, t: float) -> tuple[int, int, int, int]:
+        """(total, reserved, used excluding reserved, free) in bytes for the whole board."""
+        total = self.model.memory_mib * MIB
+        reserved = self.model.reserved_mib * MIB
+        if self.mig_enabled:
+            used = sum(self.instance_memory(m, t)[1] for m in self.live_instances())
+        else:
+            fraction = self.shape.memory_fraction
+            used = int(fraction * (total - reserved)) + (2 * MIB if fraction else 0)
+            used = used // MIB * MIB
+        return total, reserved, used, total - reserved - used
+
+    def instance_memory(self, instance: SimMigInstance, t: float) -> tuple[int, int, int]:
+        """(total, used, free) bytes of one MIG instance."""
+        total = instance.memory_mib * MIB
+        fraction = self.shape.memory_fraction
+        # Instances hold their allocation; a touch of drift keeps it from looking frozen.
+        drift = 0.02 * smooth_noise(self.seed, instance.key + 5, t / 30)
+        used = int(max(0.0, min(0.98, fraction + drift if fraction else 0.0)) * total) // MIB * MIB
+        return total, used, total - used
+
+    # Counters
+
+    def advance(self, t: float) -> None:
+        """Integrate energy and NVLink traffic up to time t."""
+        with self.lock:
+            last = self.counters.advanced_to
+            if last is None or t <= last:
+                return
+            step = min(t - last, 60.0)
+            # Midpoint power over the interval, good enough at sweep granularity.
+            mid = last + step / 2
+            self.counters.energy_mj += self.power_mw(mid) * step
+            links = self.model.nvlink_links
+            if links:
+                # Training all-reduce traffic: up to ~300 GB/s per direction across all links.
+                per_link_kib_s = self.utilization(mid) * 300e6 / links
+                for i in range(links):
+                    self.counters.nvlink_tx_kib[i] += per_link_kib_s * step
+                    self.counters.nvlink_rx_kib[i] += per_link_kib_s * step * 0.98
+            self.counters.advanced_to = t
+
+    def energy_mj(self, t: float) -> int:
+        self.advance(t)
+        return int(self.counters.energy_mj)
+
+    def nvlink_kib(self, t: float, link: int, transmit: bool) -> int:
+        self.advance(t)
+        series = self.counters.nvlink_tx_kib if transmit else self.counters.nvlink_rx_kib
+        return int(series[link])
+
+    def pcie_kbps(self, t: float, transmit: bool) -> int:
+        # Host<->device traffic: input pipelines and checkpoints, a few GB/s at most.
+        u = self.utilization(t)
+        base = 2.2e6 if transmit else 4.0e6
+        return int(
+            max(
+                0.0,
+                base
+                * u
+                * (1 + 0.2 * smooth_noise(self.seed, self.key + (7 if transmit else 9), t)),
+            )
+        )
+
+    def ecc_totals(self) -> dict[str, int]:
+        return {
+            "sbe_volatile": self.ecc_sbe_volatile,
+            "dbe_volatile": self.ecc_dbe_volatile,
+            "sbe_aggregate": self.ecc_sbe_history + self.ecc_sbe_volatile,
+            "dbe_aggregate": self.ecc_dbe_history + self.ecc_dbe_volatile,
+        }

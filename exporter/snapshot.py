@@ -1,0 +1,143 @@
+"""Immutable results of one NVML sweep.
+
+Values keep NVML's native units (mW, mJ, bytes, MHz, KB/s); conversion to dcgm-exporter's units
+happens only in the exposition layer, so the round-trip test can compare against raw NVML data.
+`None` always means "NVML gave no value" (not supported, or the call failed this sweep).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class GpuIdentity:
+    """Attributes that do not change while the driver stays loaded."""
+
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str
+    # None: the device does not support MIG (GetMigMode is NOT_SUPPORTED).
+    mig_enabled: bool | None = None
+    mig_pending: bool | None = None
+
+    @property
+    def device(self) -> str:
+        return f"nvidia{self.index}"
+
+    @property
+    def mig_mode(self) -> str:
+        if self.mig_enabled is None:
+            return "unsupported"
+        return "enabled" if self.mig_enabled else "disabled"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReadings:
+    """Board-level values of one GPU, in NVML units."""
+
+    temperature_c: int | None = None
+    memory_temperature_c: int | None = None
+    gpu_util_pct: int | None = None
+    mem_copy_util_pct: int | None = None
+    encoder_util_pct: int | None = None
+    decoder_util_pct: int | None = None
+    fb_total_bytes: int | None = None
+    fb_used_bytes: int | None = None
+    fb_free_bytes: int | None = None
+    fb_reserved_bytes: int | None = None
+    power_mw: int | None = None
+    power_limit_mw: int | None = None
+    enforced_power_limit_mw: int | None = None
+    energy_mj: int | None = None
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    clock_event_reasons: int | None = None
+    ecc_sbe_volatile: int | None = None
+    ecc_dbe_volatile: int | None = None
+    ecc_sbe_aggregate: int | None = None
+    ecc_dbe_aggregate: int | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: int | None = None
+    remapped_rows_failure: int | None = None
+    pcie_replay_count: int | None = None
+    pcie_tx_kbps: int | None = None
+    pcie_rx_kbps: int | None = None
+    nvlink_tx_kib: int | None = None
+    nvlink_rx_kib: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """One MIG device (a GPU instance with its compute instance) on a MIG-enabled GPU."""
+
+    uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str
+    fb_total_bytes: int | None = None
+    fb_used_bytes: int | None = None
+    fb_free_bytes: int | None = None
+    fb_reserved_bytes: int | None = None
+    multiprocessor_count: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class XidRecord:
+    """What the XID event thread has seen for one entity since the exporter started."""
+
+    last_xid: int = 0
+    # Global event sequence of last_xid, to tell which of two records saw the newer event.
+    sequence: int = 0
+    # (xid code, count) pairs sorted by code; a tuple keeps the snapshot hashable and immutable.
+    counts: tuple[tuple[int, int], ...] = ()
+
+
+NO_XID = XidRecord()
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSnapshot:
+    identity: GpuIdentity
+    up: bool
+    readings: GpuReadings | None
+    mig_instances: tuple[MigInstance, ...] = ()
+    # XID state for the whole GPU and per GPU-instance id.
+    xid: XidRecord = NO_XID
+    instance_xids: tuple[tuple[int, XidRecord], ...] = ()
+    # True when this device's read did not finish in time and its values are from an earlier sweep.
+    stale: bool = False
+    error: str | None = None
+
+    def instance_xid(self, gpu_instance_id: int) -> XidRecord:
+        for gi, record in self.instance_xids:
+            if gi == gpu_instance_id:
+                return record
+        return NO_XID
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorStatus:
+    """node_exporter-style health of one collector: did its last run succeed, how long it took."""
+
+    name: str
+    success: bool
+    duration_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    taken_at: float
+    """Wall-clock time (seconds since the epoch) when the sweep finished."""
+    monotonic_at: float
+    sweep_duration_seconds: float
+    nvml_up: bool
+    driver_version: str | None
+    gpus: tuple[GpuSnapshot, ...]
+    collectors: tuple[CollectorStatus, ...] = ()
+    # ((function, error name), count) pairs, cumulative since start.
+    nvml_errors: tuple[tuple[tuple[str, str], int], ...] = ()
+    last_success_at: float | None = None
+    sequence: int = 0

@@ -1,0 +1,132 @@
+"""Shared fixtures: a simulated NVML patched into pynvml, and pollers/renderers bound to it."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from exporter.config import CollectionConfig, LabelConfig
+from exporter.exposition.renderer import Renderer
+from exporter.exposition.store import ExpositionStore, build_exposition
+from exporter.poller import Poller
+from exporter.simulator.fake_nvml import FakeNvml
+from exporter.simulator.fleet import FleetSpec, default_fleet, parse_fleet
+from exporter.snapshot import NodeSnapshot
+
+FAST = CollectionConfig(
+    interval_seconds=0.2,
+    device_timeout_seconds=1.0,
+    pcie_enabled=False,
+    xid_enabled=True,
+    mig_refresh_seconds=60.0,
+)
+LABELS = LabelConfig(node_name="node-a")
+
+
+def fleet_from_yaml(text: str) -> FleetSpec:
+    return parse_fleet(textwrap.dedent(text), "test fleet")
+
+
+def quiet(fleet: FleetSpec) -> FleetSpec:
+    """The same fleet without simulated call latency, so tests run fast."""
+    from dataclasses import replace
+
+    return replace(fleet, call_latency_us=0.0, pcie_window_ms=0.0)
+
+
+@pytest.fixture
+def make_sim() -> Iterator[Callable[[FleetSpec | None], FakeNvml]]:
+    sims: list[FakeNvml] = []
+
+    def make(fleet: FleetSpec | None = None) -> FakeNvml:
+        sim = FakeNvml(quiet(fleet or default_fleet())).install()
+        sims.append(sim)
+        return sim
+
+    yield make
+    for sim in sims:
+        sim.uninstall()
+
+
+@pytest.fixture
+def sim(make_sim: Callable[[FleetSpec | None], FakeNvml]) -> FakeNvml:
+    return make_sim(None)
+
+
+@pytest.fixture
+def make_poller() -> Iterator[Callable[..., Poller]]:
+    pollers: list[Poller] = []
+
+    def make(
+        config: CollectionConfig = FAST, publish: Callable[[NodeSnapshot], None] | None = None
+    ) -> Poller:
+        poller = Poller(config, publish or (lambda s: None), workers=8)
+        pollers.append(poller)
+        return poller
+
+    yield make
+    for poller in pollers:
+        poller.stop(timeout=2.0)
+
+
+def render(snapshot: NodeSnapshot, labels: LabelConfig = LABELS) -> str:
+    exposition = build_exposition(snapshot, Renderer(labels))
+    return exposition.plain(exposition.tail(15.0)).decode()
+
+
+def store_for(labels: LabelConfig = LABELS) -> ExpositionStore:
+    return ExpositionStore(Renderer(labels))
+
+
+def promtool() -> str:
+    path = shutil.which("promtool")
+    assert path, "promtool is missing: `make test` installs Debian's prometheus package"
+    return path
+
+
+def promtool_check_metrics(text: str) -> tuple[int, str]:
+    proc = subprocess.run(
+        [promtool(), "check", "metrics"], input=text.encode(), capture_output=True, timeout=60
+    )
+    return proc.returncode, (proc.stdout + proc.stderr).decode()
+
+
+# The only promtool lint findings dcgm-exporter compatibility forces on the DCGM_* families.
+_ALLOWED_LINT = re.compile(
+    r"^DCGM_\S+ (label names should be written in 'snake_case' not 'camelCase'"
+    r"|counter metrics should have \"_total\" suffix)$"
+    # dcgm-exporter's own name contains its type; renaming it would break dashboards.
+    r"|^DCGM_FI_DEV_PCIE_REPLAY_COUNTER metric name should not include type 'counter'$"
+)
+
+
+def unexpected_lint_findings(text: str) -> list[str]:
+    """promtool's findings on an exposition, minus the ones compatibility forces."""
+    _, output = promtool_check_metrics(text)
+    return [line for line in output.splitlines() if line.strip() and not _ALLOWED_LINT.match(line)]
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 5.0, step: float = 0.02) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return bool(predicate())
+
+
+def start_xid_watch(sim: FakeNvml, poller: Poller) -> None:
+    """Sweep once (which starts the XID watcher) and wait until it listens on every GPU."""
+    poller.sweep()
+    assert wait_for(lambda: sim.registered_gpus() == set(range(len(sim.gpus))))

@@ -1,0 +1,138 @@
+"""Flags, environment variables and bad input: one clear line and exit status 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from exporter.cli import env_name, parse_config, parse_duration
+from exporter.config import HostLabel
+from tests.conftest import REPO
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin", **(env or {})},
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "mentions"),
+    [
+        (["--collector.interval=5x"], {}, "--collector.interval"),
+        (["--collector.interval=0"], {}, "--collector.interval"),
+        (["--collector.interval=-1s"], {}, "--collector.interval"),
+        (["--web.listen-address=nope"], {}, "--web.listen-address"),
+        (["--web.listen-address=:99999"], {}, "--web.listen-address"),
+        (["--web.telemetry-path=metrics"], {}, "--web.telemetry-path"),
+        (["--web.telemetry-path=/healthz"], {}, "--web.telemetry-path"),
+        (["--host-label=HOSTNAME"], {}, "--host-label"),
+        (["--log.level=verbose"], {}, "--log.level"),
+        (["--log.format=xml"], {}, "--log.format"),
+        (["--driver-version-label=yes"], {}, "--driver-version-label"),
+        (["--health.max-snapshot-age=0"], {}, "--health.max-snapshot-age"),
+        (["--no-such-flag"], {}, "--no-such-flag"),
+        (
+            [],
+            {"KUBE_GPU_EXPORTER_COLLECTOR_INTERVAL": "soon"},
+            "KUBE_GPU_EXPORTER_COLLECTOR_INTERVAL",
+        ),
+        ([], {"KUBE_GPU_EXPORTER_COLLECTOR_PCIE": "maybe"}, "KUBE_GPU_EXPORTER_COLLECTOR_PCIE"),
+        ([], {"KUBE_GPU_EXPORTER_HOST_LABEL": "x"}, "KUBE_GPU_EXPORTER_HOST_LABEL"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(args, env, mentions):
+    proc = run_cli(*args, env=env)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("kube-gpu-exporter: error: ")
+    assert mentions in lines[0]
+
+
+def test_malformed_fleet_file_exits_2_naming_the_field(tmp_path):
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("gpus:\n  - model: H100-80GB-HBM3\n    mig: [1g.10gb, 9g.99gb]\n")
+    proc = run_cli("--simulate", str(fleet), "--web.listen-address=127.0.0.1:1")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("kube-gpu-exporter: error: ")
+    assert "gpus[0].mig[1]" in lines[-1] and "9g.99gb" in lines[-1]
+    assert not any("Traceback" in line for line in lines)
+
+
+def test_version_and_help():
+    assert run_cli("--version").stdout.strip() == "kube-gpu-exporter 0.1.0"
+    help_text = run_cli("--help").stdout
+    for flag in (
+        "--web.listen-address",
+        "--web.telemetry-path",
+        "--collector.interval",
+        "--host-label",
+        "--log.level",
+        "--log.format",
+        "--simulate",
+    ):
+        assert flag in help_text
+
+
+def test_defaults():
+    config = parse_config([], environ={})
+    assert config.web.listen_address == ":9455"
+    assert config.web.telemetry_path == "/metrics"
+    assert config.collection.interval_seconds == 5.0
+    assert config.web.stale_after_seconds == 15.0
+    assert config.labels.host_label is HostLabel.CLASSIC
+    assert not config.simulate
+
+
+def test_environment_variables_and_flag_precedence():
+    env = {
+        "KUBE_GPU_EXPORTER_COLLECTOR_INTERVAL": "2s",
+        "KUBE_GPU_EXPORTER_HOST_LABEL": "hostname",
+        "KUBE_GPU_EXPORTER_COLLECTOR_PCIE": "false",
+        "KUBE_GPU_EXPORTER_WEB_LISTEN_ADDRESS": "127.0.0.1:9999",
+        "NODE_NAME": "gpu-node-7",
+    }
+    config = parse_config([], environ=env)
+    assert config.collection.interval_seconds == 2.0
+    assert config.labels.host_label is HostLabel.LOWER
+    assert config.collection.pcie_enabled is False
+    assert config.web.listen_address == "127.0.0.1:9999"
+    assert config.labels.node_name == "gpu-node-7"
+    # The command line wins over the environment.
+    config = parse_config(["--collector.interval=750ms", "--collector.pcie"], environ=env)
+    assert config.collection.interval_seconds == 0.75
+    assert config.collection.pcie_enabled is True
+
+
+def test_simulate_flag_forms(tmp_path):
+    assert parse_config(["--simulate"], environ={}).simulate
+    assert parse_config(["--simulate"], environ={}).fleet_file is None
+    config = parse_config(["--simulate", "node.yaml"], environ={})
+    assert config.fleet_file == "node.yaml"
+    assert parse_config([], environ={"KUBE_GPU_EXPORTER_SIMULATE": "true"}).simulate
+    assert parse_config([], environ={"KUBE_GPU_EXPORTER_SIMULATE": "x.yaml"}).fleet_file == "x.yaml"
+    assert not parse_config([], environ={"KUBE_GPU_EXPORTER_SIMULATE": "false"}).simulate
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("5s", 5), ("250ms", 0.25), ("1m30s", 90), ("2", 2), ("1.5", 1.5), ("1h", 3600)],
+)
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+def test_env_names():
+    assert env_name("--web.listen-address") == "KUBE_GPU_EXPORTER_WEB_LISTEN_ADDRESS"
+    assert env_name("--collector.mig-refresh-interval") == (
+        "KUBE_GPU_EXPORTER_COLLECTOR_MIG_REFRESH_INTERVAL"
+    )

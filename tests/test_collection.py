@@ -1,0 +1,285 @@
+"""The production collector, run unchanged against the simulated NVML."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pynvml
+
+from exporter.config import CollectionConfig
+from exporter.snapshot import NodeSnapshot
+from tests.conftest import FAST, fleet_from_yaml, start_xid_watch, wait_for
+
+MIB = 2**20
+
+
+def test_default_node_sweep(sim, make_poller):
+    snap = make_poller().sweep()
+    assert snap.nvml_up and snap.driver_version == "550.54.15"
+    assert [g.identity.index for g in snap.gpus] == list(range(8))
+    assert all(g.up and not g.stale for g in snap.gpus)
+    whole = snap.gpus[0]
+    assert whole.identity.name == "NVIDIA H100 80GB HBM3"
+    assert whole.identity.mig_enabled is False
+    r = whole.readings
+    for field in (
+        "temperature_c",
+        "memory_temperature_c",
+        "gpu_util_pct",
+        "mem_copy_util_pct",
+        "encoder_util_pct",
+        "decoder_util_pct",
+        "power_mw",
+        "power_limit_mw",
+        "energy_mj",
+        "sm_clock_mhz",
+        "mem_clock_mhz",
+        "clock_event_reasons",
+        "ecc_sbe_volatile",
+        "ecc_dbe_aggregate",
+        "remapped_rows_correctable",
+        "pcie_replay_count",
+        "nvlink_tx_kib",
+        "fb_reserved_bytes",
+    ):
+        assert getattr(r, field) is not None, field
+    assert r.fb_total_bytes == 81559 * MIB
+    assert r.fb_used_bytes + r.fb_free_bytes + r.fb_reserved_bytes == r.fb_total_bytes
+    assert r.power_limit_mw == 700_000
+
+
+def test_mig_instances_are_enumerated_with_profiles_and_memory(sim, make_poller):
+    snap = make_poller().sweep()
+    gpu6 = snap.gpus[6]
+    assert gpu6.identity.mig_enabled is True
+    assert [(m.profile, m.gpu_instance_id) for m in gpu6.mig_instances] == [
+        ("1g.10gb", 7),
+        ("1g.10gb", 8),
+        ("2g.20gb", 4),
+        ("3g.40gb", 2),
+    ]
+    for inst in gpu6.mig_instances:
+        assert inst.uuid.startswith("MIG-")
+        assert inst.fb_used_bytes + inst.fb_free_bytes == inst.fb_total_bytes
+    # Utilization does not exist on a MIG-enabled board; board values still do.
+    assert gpu6.readings.gpu_util_pct is None
+    assert gpu6.readings.temperature_c is not None
+    # Row remapping is NOT_SUPPORTED while instances exist.
+    assert gpu6.readings.remapped_rows_correctable is None
+
+
+def test_unsupported_calls_are_remembered_not_retried(make_sim, make_poller):
+    sim = make_sim(
+        fleet_from_yaml("""
+        gpus:
+          - {model: T4, count: 2}
+    """)
+    )
+    poller = make_poller()
+    poller.sweep()
+    first = dict(sim.calls)
+    for _ in range(3):
+        poller.sweep()
+    # GetMigMode is NOT_SUPPORTED on T4: asked once per GPU, then never again.
+    assert sim.calls["nvmlDeviceGetMigMode"] == first["nvmlDeviceGetMigMode"] == 2
+    # Power is supported: asked every sweep.
+    assert sim.calls["nvmlDeviceGetPowerUsage"] == 4 * 2
+    snap = poller.sweep()
+    assert snap.gpus[0].identity.mig_enabled is None
+    assert snap.gpus[0].readings.memory_temperature_c is None  # GDDR6: no memory sensor
+    assert snap.gpus[0].readings.remapped_rows_uncorrectable is None  # Turing
+    errors = dict(snap.nvml_errors)
+    assert errors[("nvmlDeviceGetMigMode", "NOT_SUPPORTED")] == 2
+
+
+def test_unsupported_batched_fields_are_dropped_from_later_batches(make_sim, make_poller):
+    make_sim(
+        fleet_from_yaml("""
+        gpus: [{model: T4}]
+    """)
+    )
+    poller = make_poller()
+    poller.sweep()
+    requested: list[list] = []
+    original = pynvml.nvmlDeviceGetFieldValues
+
+    def spy(handle, ids):
+        requested.append(list(ids))
+        return original(handle, ids)
+
+    pynvml.nvmlDeviceGetFieldValues = spy
+    try:
+        poller.sweep()
+    finally:
+        pynvml.nvmlDeviceGetFieldValues = original
+    assert len(requested) == 1
+    assert pynvml.NVML_FI_DEV_MEMORY_TEMP not in requested[0]
+    assert pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION in requested[0]
+
+
+def test_function_not_found_falls_back_to_older_calls(make_sim, make_poller):
+    sim = make_sim(
+        fleet_from_yaml("""
+        driver_version: "470.182.03"
+        gpus: [{model: T4}]
+    """)
+    )
+    poller = make_poller()
+    for _ in range(3):
+        snap = poller.sweep()
+    r = snap.gpus[0].readings
+    # No nvmlMemory_v2 before R510: v1 figures, no reservation.
+    assert r.fb_total_bytes == 15360 * MIB and r.fb_reserved_bytes is None
+    # No ClocksEventReasons before R535: the deprecated throttle-reasons call serves.
+    assert r.clock_event_reasons is not None
+    assert sim.calls["nvmlDeviceGetCurrentClocksEventReasons"] == 1
+    assert sim.calls["nvmlDeviceGetCurrentClocksThrottleReasons"] == 3
+    assert (
+        dict(snap.nvml_errors)[("nvmlDeviceGetCurrentClocksEventReasons", "FUNCTION_NOT_FOUND")]
+        == 1
+    )
+
+
+def test_lost_gpu_is_marked_down_and_others_keep_exporting(sim, make_poller):
+    poller = make_poller()
+    poller.sweep()
+    sim.lose_gpu(3)
+    snap = poller.sweep()
+    assert not snap.gpus[3].up and snap.gpus[3].readings is None
+    assert "GPU is lost" in (snap.gpus[3].error or "")
+    assert snap.gpus[3].identity.uuid == sim.gpus[3].uuid  # identity kept for its labels
+    assert all(g.up for i, g in enumerate(snap.gpus) if i != 3)
+    assert snap.nvml_up
+    sim.restore_gpu(3)
+    assert poller.sweep().gpus[3].up
+
+
+def test_hanging_device_call_marks_only_that_device_stale(sim, make_poller):
+    poller = make_poller(replace(FAST, device_timeout_seconds=0.3))
+    first = poller.sweep()
+    sim.faults.hang("nvmlDeviceGetPowerUsage", gpu=2)
+    started = time.monotonic()
+    snap = poller.sweep()
+    assert time.monotonic() - started < 1.0
+    assert snap.gpus[2].stale
+    assert snap.gpus[2].readings == first.gpus[2].readings  # last good values kept
+    assert all(not g.stale and g.up for i, g in enumerate(snap.gpus) if i != 2)
+    # The hung device is not asked again while its call is stuck: no thread pile-up.
+    calls = sim.calls["nvmlDeviceGetPowerUsage"]
+    poller.sweep()
+    assert sim.faults.hung_calls == 1
+    assert sim.calls["nvmlDeviceGetPowerUsage"] == calls + 7
+    sim.faults.release_all()
+    assert wait_for(lambda: not poller.sweep().gpus[2].stale)
+
+
+def test_xid_events_reach_the_snapshot(sim, make_poller):
+    poller = make_poller()
+    start_xid_watch(sim, poller)
+    assert wait_for(lambda: sim.event_sets_open() == 1 and poller._xid.healthy)
+    sim.inject_xid(1, 79)
+    sim.inject_xid(1, 48)
+    sim.inject_xid(1, 79)
+    sim.inject_xid(6, 31, gpu_instance_id=8)
+
+    def seen() -> NodeSnapshot | None:
+        snap = poller.sweep()
+        return (
+            snap
+            if dict(snap.gpus[1].xid.counts).get(79) == 2 and snap.gpus[6].instance_xids
+            else None
+        )
+
+    assert wait_for(lambda: seen() is not None)
+    snap = seen()
+    assert snap.gpus[1].xid.last_xid == 79
+    assert dict(snap.gpus[1].xid.counts) == {48: 1, 79: 2}
+    assert snap.gpus[0].xid.last_xid == 0
+    assert dict(snap.gpus[6].instance_xids)[8].last_xid == 31
+
+
+def test_xid_storm_keeps_memory_bounded(sim):
+    from exporter.nvml.xid_watcher import MAX_DISTINCT_CODES, XidBook
+
+    book = XidBook()
+    for i in range(20_000):
+        book.record(sim.gpus[0].uuid, None, i % 5000)
+    record = book.gpu_record(sim.gpus[0].uuid)
+    assert len(record.counts) == MAX_DISTINCT_CODES
+    assert sum(n for _, n in record.counts) == 20_000
+
+
+def test_pcie_throughput_is_sampled_off_the_sweep(make_sim, make_poller):
+    from exporter.simulator.fleet import default_fleet
+
+    sim = make_sim(default_fleet())
+    sim.pcie_window_s = 0.02  # the real 20 ms blocking window
+    poller = make_poller(replace(FAST, pcie_enabled=True, pcie_interval_seconds=1.0))
+    poller.start()
+    assert wait_for(lambda: poller.sweep().gpus[0].readings.pcie_tx_kbps is not None)
+    started = time.monotonic()
+    snap = poller.sweep()
+    # 8 GPUs x 2 directions x 20 ms would be 320 ms if the sweep made these calls itself.
+    assert time.monotonic() - started < 0.15
+    assert snap.gpus[0].readings.pcie_rx_kbps > 0
+    assert snap.gpus[5].readings.pcie_tx_kbps == 0  # idle GPU
+
+
+def test_driver_not_loaded_at_start_then_recovers(sim, make_poller):
+    sim.unload_driver()
+    poller = make_poller()
+    snap = poller.sweep()
+    assert not snap.nvml_up and snap.gpus == ()
+    assert dict(snap.nvml_errors)[("nvmlInit", "DRIVER_NOT_LOADED")] == 1
+    sim.load_driver()
+    poller._next_init_at = 0.0  # skip the backoff wait
+    snap = poller.sweep()
+    assert snap.nvml_up and len(snap.gpus) == 8
+
+
+def test_driver_reload_reinitialises_nvml(sim, make_poller):
+    poller = make_poller()
+    assert poller.sweep().nvml_up
+    sim.unload_driver()
+    assert not poller.sweep().nvml_up
+    sim.load_driver()
+    poller._next_init_at = 0.0
+    assert poller.sweep().nvml_up
+
+
+def test_nvlink_counters_sum_all_links(sim, make_poller):
+    poller = make_poller()
+    snap = poller.sweep()
+    gpu = sim.gpus[0]
+    assert snap.gpus[0].readings.nvlink_tx_kib > 0
+    # Counters only grow.
+    later = poller.sweep()
+    assert later.gpus[0].readings.nvlink_tx_kib >= snap.gpus[0].readings.nvlink_tx_kib
+    assert gpu.model.nvlink_links == 18
+
+
+def test_profile_name_from_attributes_when_the_name_has_none():
+    from exporter.nvml.mig_profile import profile_from_attributes, profile_from_name
+
+    assert profile_from_name("NVIDIA A100-SXM4-40GB MIG 1g.5gb") == "1g.5gb"
+    assert profile_from_name("NVIDIA H100 80GB HBM3 MIG 1c.3g.40gb") == "1c.3g.40gb"
+    assert profile_from_name("NVIDIA H100 80GB HBM3 MIG 1g.10gb+me") == "1g.10gb+me"
+    assert profile_from_name("NVIDIA H100 80GB HBM3") is None
+    h100 = 81559 * MIB
+    assert profile_from_attributes(1, 1, 9984, h100) == "1g.10gb"
+    assert profile_from_attributes(1, 1, 20096, h100) == "1g.20gb"
+    assert profile_from_attributes(3, 3, 40448, h100) == "3g.40gb"
+    assert profile_from_attributes(7, 7, 81152, h100) == "7g.80gb"
+    assert profile_from_attributes(3, 1, 40448, h100) == "1c.3g.40gb"
+    assert profile_from_attributes(1, 1, 4864, 40960 * MIB) == "1g.5gb"
+
+
+def test_collection_interval_is_respected(sim, make_poller):
+    snaps: list[NodeSnapshot] = []
+    poller = make_poller(CollectionConfig(interval_seconds=0.25, pcie_enabled=False), snaps.append)
+    poller.start()
+    time.sleep(1.2)
+    poller.stop()
+    assert 4 <= len(snaps) <= 6
+    assert [s.sequence for s in snaps] == list(range(1, len(snaps) + 1))

@@ -1,0 +1,294 @@
+"""The exposition: dcgm-exporter names and labels, exact values, and Prometheus' own checks."""
+
+from __future__ import annotations
+
+import gzip
+import re
+import time
+from collections import Counter
+from dataclasses import replace
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.config import HostLabel, LabelConfig
+from exporter.exposition.renderer import Renderer
+from exporter.exposition.store import build_exposition
+from exporter.exposition.text_format import escape_label_value, format_value
+from exporter.snapshot import GpuReadings
+from tests.conftest import (
+    FAST,
+    LABELS,
+    promtool_check_metrics,
+    render,
+    start_xid_watch,
+    unexpected_lint_findings,
+)
+
+MIB = 2**20
+DCGM_LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName"]
+
+# The test's own statement of dcgm-exporter's classic units (dcgm-compat.md section 3),
+# written independently of exporter/exposition/dcgm_families.py.
+EXPECTED: dict[str, object] = {
+    "DCGM_FI_DEV_SM_CLOCK": lambda r: r.sm_clock_mhz,
+    "DCGM_FI_DEV_MEM_CLOCK": lambda r: r.mem_clock_mhz,
+    "DCGM_FI_DEV_MEMORY_TEMP": lambda r: r.memory_temperature_c,
+    "DCGM_FI_DEV_GPU_TEMP": lambda r: r.temperature_c,
+    "DCGM_FI_DEV_POWER_USAGE": lambda r: r.power_mw / 1000,
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": lambda r: r.power_limit_mw / 1000,
+    "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": lambda r: r.enforced_power_limit_mw / 1000,
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": lambda r: r.energy_mj,
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": lambda r: r.pcie_replay_count,
+    "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": lambda r: r.pcie_tx_kbps,
+    "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": lambda r: r.pcie_rx_kbps,
+    "DCGM_FI_DEV_GPU_UTIL": lambda r: r.gpu_util_pct,
+    "DCGM_FI_DEV_MEM_COPY_UTIL": lambda r: r.mem_copy_util_pct,
+    "DCGM_FI_DEV_ENC_UTIL": lambda r: r.encoder_util_pct,
+    "DCGM_FI_DEV_DEC_UTIL": lambda r: r.decoder_util_pct,
+    "DCGM_FI_DEV_FB_FREE": lambda r: r.fb_free_bytes // MIB,
+    "DCGM_FI_DEV_FB_USED": lambda r: r.fb_used_bytes // MIB,
+    "DCGM_FI_DEV_FB_RESERVED": lambda r: r.fb_reserved_bytes // MIB,
+    "DCGM_FI_DEV_FB_TOTAL": lambda r: r.fb_total_bytes // MIB,
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": lambda r: r.nvlink_tx_kib + r.nvlink_rx_kib,
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": lambda r: r.clock_event_reasons,
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": lambda r: r.ecc_sbe_volatile,
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": lambda r: r.ecc_dbe_volatile,
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": lambda r: r.ecc_sbe_aggregate,
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": lambda r: r.ecc_dbe_aggregate,
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": lambda r: r.remapped_rows_uncorrectable,
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": lambda r: r.remapped_rows_correctable,
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": lambda r: r.remapped_rows_pending,
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": lambda r: r.remapped_rows_failure,
+}
+COUNTERS = {
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_EXP_XID_ERRORS_TOTAL",
+}
+
+
+def samples(text: str) -> dict[str, list]:
+    """Samples by the name on the wire. prometheus_client's parser reports counter samples with a
+    `_total` it appends itself; undo that so DCGM names can be looked up as written."""
+    out: dict[str, list] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = sample.name
+            if (
+                family.type == "counter"
+                and name == family.name + "_total"
+                and (f"\n{family.name}{{" in text or f"\n{family.name} " in text)
+            ):
+                name = family.name
+            out.setdefault(name, []).append(sample)
+    return out
+
+
+def expected_readings(snapshot, labels: dict[str, str]) -> GpuReadings:
+    gpu = next(g for g in snapshot.gpus if g.identity.uuid == labels["UUID"])
+    if "GPU_I_ID" not in labels:
+        return gpu.readings
+    inst = next(m for m in gpu.mig_instances if str(m.gpu_instance_id) == labels["GPU_I_ID"])
+    r = gpu.readings
+    return GpuReadings(
+        **{
+            **{f: getattr(r, f) for f in r.__slots__},
+            "fb_total_bytes": inst.fb_total_bytes,
+            "fb_used_bytes": inst.fb_used_bytes,
+            "fb_free_bytes": inst.fb_free_bytes,
+            "fb_reserved_bytes": inst.fb_reserved_bytes,
+        }
+    )
+
+
+def test_round_trip_every_value_equals_the_snapshot(sim, make_poller):
+    poller = make_poller(replace(FAST, pcie_enabled=True, pcie_interval_seconds=1.0))
+    poller.sweep()
+    sim.inject_ecc_error(0, double_bit=True)
+    for _ in range(200):
+        snapshot = poller.sweep()
+        if snapshot.gpus[7].readings.pcie_tx_kbps is not None:
+            break
+        time.sleep(0.02)
+    parsed = samples(render(snapshot))
+    checked: Counter[str] = Counter()
+    for name, oracle in EXPECTED.items():
+        for sample in parsed.get(name, []):
+            expected = oracle(expected_readings(snapshot, sample.labels))
+            assert sample.value == expected, (name, sample.labels)
+            checked[name] += 1
+    assert set(checked) == set(EXPECTED)
+    assert sum(checked.values()) > 300
+    assert parsed["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"][0].value == 1
+
+
+def test_whole_gpus_and_mig_instances_carry_the_dcgm_label_set(sim, make_poller):
+    snapshot = make_poller().sweep()
+    parsed = samples(render(snapshot))
+    temps = parsed["DCGM_FI_DEV_GPU_TEMP"]
+    whole = [s for s in temps if "GPU_I_ID" not in s.labels]
+    mig = [s for s in temps if "GPU_I_ID" in s.labels]
+    assert len(whole) == 6 and len(mig) == 7
+    for s in whole:
+        assert list(s.labels) == [*DCGM_LABELS, "Hostname"]
+        assert s.labels["device"] == f"nvidia{s.labels['gpu']}"
+        assert re.fullmatch(r"[0-9A-F]{8}:[0-9A-F]{2}:00\.0", s.labels["pci_bus_id"])
+        assert s.labels["Hostname"] == "node-a"
+    for s in mig:
+        assert list(s.labels) == [*DCGM_LABELS, "GPU_I_PROFILE", "GPU_I_ID", "Hostname"]
+        assert s.labels["UUID"].startswith("GPU-")  # the parent's UUID, as dcgm-exporter does
+    profiles = sorted((s.labels["gpu"], s.labels["GPU_I_PROFILE"]) for s in mig)
+    assert profiles == sorted(
+        [
+            ("6", "1g.10gb"),
+            ("6", "1g.10gb"),
+            ("6", "2g.20gb"),
+            ("6", "3g.40gb"),
+            ("7", "1g.20gb"),
+            ("7", "1g.20gb"),
+            ("7", "3g.40gb"),
+        ]
+    )
+    # Per-instance framebuffer, and no utilization on MIG.
+    fb = {
+        s.labels.get("GPU_I_ID"): s.value
+        for s in parsed["DCGM_FI_DEV_FB_TOTAL"]
+        if s.labels["gpu"] == "6"
+    }
+    assert fb == {"7": 9984, "8": 9984, "4": 20096, "2": 40448}
+    assert all("GPU_I_ID" not in s.labels for s in parsed["DCGM_FI_DEV_GPU_UTIL"])
+
+
+def test_host_label_modes_and_driver_label(sim, make_poller):
+    snapshot = make_poller().sweep()
+    lower = samples(render(snapshot, LabelConfig(HostLabel.LOWER, "n1")))
+    assert lower["DCGM_FI_DEV_GPU_TEMP"][0].labels["hostname"] == "n1"
+    none = samples(render(snapshot, LabelConfig(HostLabel.NONE, "n1")))
+    labels = none["DCGM_FI_DEV_GPU_TEMP"][0].labels
+    assert "Hostname" not in labels and "hostname" not in labels
+    driver = samples(render(snapshot, LabelConfig(HostLabel.LOWER, "n1", "DCGM_FI_DRIVER_VERSION")))
+    assert driver["DCGM_FI_DEV_GPU_TEMP"][0].labels["DCGM_FI_DRIVER_VERSION"] == "550.54.15"
+
+
+def test_dcgm_counter_names_are_exact_without_total_suffix(sim, make_poller):
+    poller = make_poller()
+    start_xid_watch(sim, poller)
+    sim.inject_xid(0, 13)
+    text = ""
+    for _ in range(100):
+        time.sleep(0.01)
+        text = render(poller.sweep())
+        if "DCGM_EXP_XID_ERRORS_TOTAL{" in text:
+            break
+    types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
+    for name in COUNTERS:
+        assert types.get(name) == "counter", name
+    assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{" in text
+    assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total" not in text
+
+
+def test_xid_gauge_and_counter(sim, make_poller):
+    poller = make_poller()
+    start_xid_watch(sim, poller)
+    for code in (79, 79, 31):
+        sim.inject_xid(2, code)
+    for _ in range(100):
+        time.sleep(0.01)
+        parsed = samples(render(poller.sweep()))
+        counts = [s for s in parsed.get("DCGM_EXP_XID_ERRORS_TOTAL", []) if s.labels["gpu"] == "2"]
+        if sum(s.value for s in counts) == 3:
+            break
+    gauge = {
+        s.labels["gpu"]: s for s in parsed["DCGM_FI_DEV_XID_ERRORS"] if "GPU_I_ID" not in s.labels
+    }
+    assert gauge["2"].value == 31
+    assert gauge["2"].labels["err_code"] == "31" and gauge["2"].labels["err_msg"] != "Unknown Error"
+    assert gauge["0"].value == 0 and gauge["0"].labels["err_code"] == "0"
+    assert {s.labels["xid"]: s.value for s in counts} == {"79": 2, "31": 1}
+
+
+def test_escaping_of_hostile_label_values(sim, make_poller):
+    snapshot = make_poller().sweep()
+    nasty = 'we"ird\\node\nname'
+    parsed = samples(render(snapshot, LabelConfig(HostLabel.LOWER, nasty)))
+    assert parsed["DCGM_FI_DEV_GPU_TEMP"][0].labels["hostname"] == nasty
+    assert escape_label_value('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
+
+
+def test_no_duplicate_series_and_promtool_accepts_the_output(sim, make_poller):
+    poller = make_poller()
+    start_xid_watch(sim, poller)
+    sim.inject_xid(1, 79)
+    for _ in range(100):
+        time.sleep(0.01)
+        text = render(poller.sweep())
+        if "DCGM_EXP_XID_ERRORS_TOTAL{" in text:
+            break
+    series = [line.rsplit(" ", 1)[0] for line in text.splitlines() if not line.startswith("#")]
+    assert not [s for s, n in Counter(series).items() if n > 1]
+    assert unexpected_lint_findings(text) == []
+    # Our own metrics are lint-clean.
+    own = "".join(
+        block
+        for block in re.split(r"(?=^# HELP )", text, flags=re.M)
+        if block.startswith("# HELP kube_gpu_exporter_")
+    )
+    code, output = promtool_check_metrics(own)
+    assert code == 0 and output.strip() == "", output
+
+
+def test_gzip_body_decompresses_to_the_plain_body(sim, make_poller):
+    exposition = build_exposition(make_poller().sweep(), Renderer(LABELS))
+    tail = exposition.tail(15.0)
+    plain = exposition.plain(tail)
+    packed = exposition.gzipped(tail)
+    assert gzip.decompress(packed) == plain
+    assert len(packed) < len(plain) / 5
+    # The tail is fresh per scrape while the compressed body is reused.
+    assert b"kube_gpu_exporter_snapshot_age_seconds" in plain
+
+
+def test_lost_gpu_drops_its_dcgm_series_and_reports_down(sim, make_poller):
+    poller = make_poller()
+    poller.sweep()
+    sim.lose_gpu(4)
+    parsed = samples(render(poller.sweep()))
+    assert "4" not in {s.labels["gpu"] for s in parsed["DCGM_FI_DEV_GPU_TEMP"]}
+    up = {s.labels["gpu"]: s.value for s in parsed["kube_gpu_exporter_device_up"]}
+    assert up["4"] == 0 and sum(up.values()) == 7
+    info = {s.labels["gpu"]: s.labels for s in parsed["kube_gpu_exporter_device_info"]}
+    assert info["4"]["UUID"] == sim.gpus[4].uuid
+
+
+def test_self_metrics(sim, make_poller):
+    parsed = samples(render(make_poller().sweep()))
+    assert parsed["kube_gpu_exporter_nvml_up"][0].value == 1
+    assert parsed["kube_gpu_exporter_collection_duration_seconds"][0].value > 0
+    assert parsed["kube_gpu_exporter_last_collection_success_timestamp_seconds"][0].value > 1.7e9
+    collectors = {
+        s.labels["collector"]: s.value for s in parsed["kube_gpu_exporter_collector_success"]
+    }
+    assert collectors["nvml"] == 1
+    mig = parsed["kube_gpu_exporter_mig_instance_info"]
+    assert len(mig) == 7 and all(s.labels["mig_uuid"].startswith("MIG-") for s in mig)
+    events = [s for s in parsed["kube_gpu_exporter_clock_event_active"] if s.labels["gpu"] == "5"]
+    assert {s.labels["clock_event"]: s.value for s in events}["gpu_idle"] == 1
+    build = parsed["kube_gpu_exporter_build_info"][0].labels
+    assert build["version"] and build["nvml_binding_version"] != "unknown"
+    assert parsed["kube_gpu_exporter_snapshot_stale"][0].value == 0
+
+
+def test_value_formatting():
+    assert format_value(302.206, fixed=True) == "302.206000"
+    assert format_value(7) == "7"
+    assert format_value(True) == "1"
+    assert format_value(0.1) == "0.1"
+    assert format_value(float("nan")) == "NaN"
+    assert format_value(float("inf")) == "+Inf"

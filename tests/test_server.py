@@ -1,0 +1,181 @@
+"""The HTTP side over real HTTP on loopback: cached bytes, gzip, health and staleness."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+from dataclasses import replace
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from exporter.config import WebConfig
+from exporter.poller import Poller
+from exporter.server import accepts_gzip, build_app, split_listen_address
+from tests.conftest import FAST, store_for, wait_for
+
+WEB = WebConfig(stale_after_seconds=15.0, health_max_age_seconds=60.0)
+
+
+async def client_for(store, web: WebConfig = WEB, alive=lambda: True) -> TestClient:
+    client = TestClient(TestServer(build_app(store, web, alive)))
+    await client.start_server()
+    return client
+
+
+async def test_metrics_served_plain_and_gzip(sim, make_poller):
+    store = store_for()
+    store.publish(make_poller().sweep())
+    client = await client_for(store)
+    try:
+        plain = await client.get("/metrics", headers={"Accept-Encoding": "identity"})
+        assert plain.status == 200
+        assert plain.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        assert "Content-Encoding" not in plain.headers
+        text = await plain.text()
+        assert "DCGM_FI_DEV_GPU_TEMP{" in text
+        raw = await client.get(
+            "/metrics", headers={"Accept-Encoding": "gzip"}, auto_decompress=False
+        )
+        assert raw.headers["Content-Encoding"] == "gzip"
+        assert raw.headers["Vary"] == "Accept-Encoding"
+        body = gzip.decompress(await raw.read()).decode()
+        # Same body; only the per-scrape tail (snapshot age) may differ.
+        strip = lambda t: t.split("# HELP kube_gpu_exporter_snapshot_age_seconds")[0]  # noqa: E731
+        assert strip(body) == strip(text)
+    finally:
+        await client.close()
+
+
+async def test_head_and_method_and_path_errors(sim, make_poller):
+    store = store_for()
+    store.publish(make_poller().sweep())
+    client = await client_for(store)
+    try:
+        assert (await client.head("/metrics")).status == 200
+        assert (await client.post("/metrics", data=b"x")).status == 405
+        assert (await client.get("/nope")).status == 404
+        index = await client.get("/")
+        html = await index.text()
+        assert index.status == 200 and 'href="/metrics"' in html and "0.1.0" in html
+    finally:
+        await client.close()
+
+
+async def test_readyz_waits_for_the_first_snapshot(sim, make_poller):
+    store = store_for()
+    client = await client_for(store)
+    try:
+        assert (await client.get("/readyz")).status == 503
+        assert (await client.get("/metrics")).status == 503
+        assert (await client.get("/healthz")).status == 200  # starting is not unhealthy
+        store.publish(make_poller().sweep())
+        assert (await client.get("/readyz")).status == 200
+        assert (await client.get("/metrics")).status == 200
+    finally:
+        await client.close()
+
+
+async def test_healthz_fails_when_the_poller_thread_died(sim, make_poller):
+    store = store_for()
+    store.publish(make_poller().sweep())
+    client = await client_for(store, alive=lambda: False)
+    try:
+        response = await client.get("/healthz")
+        assert response.status == 503 and "poller" in await response.text()
+    finally:
+        await client.close()
+
+
+async def test_hanging_nvml_call_gives_stale_snapshot_and_unhealthy_healthz(sim):
+    """A global NVML call hangs: the last snapshot keeps being served, marked stale, and
+    /healthz turns unhealthy after the configured bound."""
+    store = store_for()
+    web = WebConfig(stale_after_seconds=0.5, health_max_age_seconds=1.0)
+    poller = Poller(replace(FAST, interval_seconds=0.1), store.publish)
+    poller.start()
+    client = await client_for(store, web, lambda: poller.alive)
+    try:
+        assert await asyncio.to_thread(wait_for, lambda: store.current is not None)
+        assert (await client.get("/healthz")).status == 200
+        sim.faults.hang("nvmlDeviceGetCount")
+        assert await asyncio.to_thread(wait_for, lambda: sim.faults.hung_calls == 1)
+        frozen = store.current.snapshot.sequence
+        await asyncio.sleep(1.2)
+        response = await client.get("/healthz")
+        assert response.status == 503
+        assert "since the last NVML sweep" in await response.text()
+        metrics = await (await client.get("/metrics")).text()
+        assert "DCGM_FI_DEV_GPU_TEMP{" in metrics  # still serving the last snapshot
+        assert "kube_gpu_exporter_snapshot_stale 1" in metrics
+        assert store.current.snapshot.sequence == frozen
+        sim.faults.release_all()
+        assert await asyncio.to_thread(wait_for, lambda: store.current.snapshot.sequence > frozen)
+        assert (await client.get("/healthz")).status == 200
+    finally:
+        sim.faults.release_all()
+        await client.close()
+        poller.stop()
+
+
+async def test_concurrent_scrapes_all_succeed_with_the_same_body(sim, make_poller):
+    store = store_for()
+    store.publish(make_poller().sweep())
+    client = await client_for(store)
+    try:
+
+        async def scrape() -> str:
+            response = await client.get("/metrics", headers={"Accept-Encoding": "gzip"})
+            assert response.status == 200
+            text = await response.text()
+            return text.split("# HELP kube_gpu_exporter_snapshot_age_seconds")[0]
+
+        bodies = await asyncio.gather(*(scrape() for _ in range(64)))
+        assert len(set(bodies)) == 1
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        ("gzip", True),
+        ("gzip, deflate, br", True),
+        ("deflate", False),
+        ("", False),
+        ("gzip;q=0", False),
+        ("*", True),
+        ("identity, gzip;q=0.5", True),
+    ],
+)
+def test_accept_encoding_parsing(header, expected):
+    assert accepts_gzip(header) is expected
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [(":9455", (None, 9455)), ("127.0.0.1:80", ("127.0.0.1", 80)), ("[::1]:9455", ("::1", 9455))],
+)
+def test_listen_address_parsing(address, expected):
+    assert split_listen_address(address) == expected
+
+
+@pytest.mark.parametrize("address", ["9455", "host:", ":0", ":70000", "::1:9455", "a:b"])
+def test_bad_listen_addresses(address):
+    with pytest.raises(ValueError):
+        split_listen_address(address)
+
+
+async def test_real_http_client_against_served_app(sim, make_poller):
+    """aiohttp's own client, as a second independent HTTP peer."""
+    store = store_for()
+    store.publish(make_poller().sweep())
+    client = await client_for(store)
+    try:
+        url = str(client.make_url("/metrics"))
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            assert response.status == 200
+            assert "kube_gpu_exporter_nvml_up 1" in await response.text()
+    finally:
+        await client.close()
