@@ -17,6 +17,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import timeit
 import urllib.request
@@ -75,6 +76,7 @@ def render_cost(repeat: int = 7) -> dict[str, float]:
             "bytes": len(exposition.plain(tail)),
             "gzip_bytes": len(exposition.gzipped(tail)),
             "series": series,
+            "body": exposition.plain(tail),
         }
 
 
@@ -89,57 +91,84 @@ def parse_wrk(output: str) -> dict[str, float]:
     return result
 
 
-def scrape_latency(duration: int) -> list[dict[str, object]]:
-    port = free_port()
-    server = subprocess.Popen(
-        pinned(
-            0,
-            [
-                sys.executable,
-                "-m",
-                "exporter",
-                "--simulate",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--log.level=warn",
-            ],
-        ),
-        cwd=REPO,
+def wait_ready(port: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1)
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"server on port {port} did not become ready")
+
+
+def wrk(url: str, clients: int, gzip: bool, duration: int) -> dict[str, float]:
+    header = ["-H", "Accept-Encoding: gzip"] if gzip else []
+    proc = subprocess.run(
+        pinned(1, ["wrk", "-t1", f"-c{clients}", f"-d{duration}s", "--latency", *header, url]),
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    rows: list[dict[str, object]] = []
+    return parse_wrk(proc.stdout)
+
+
+def measure(server_argv: list[str], port: int, duration: int, runs: int) -> list[dict]:
+    """Median of `runs` wrk runs for each (clients, gzip) combination, runs interleaved."""
+    server = subprocess.Popen(pinned(0, server_argv), cwd=REPO)
     try:
+        wait_ready(port)
         url = f"http://127.0.0.1:{port}/metrics"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
-        for gzip in (False, True):
-            for clients in (1, 16):
-                header = ["-H", "Accept-Encoding: gzip"] if gzip else []
-                proc = subprocess.run(
-                    pinned(
-                        1,
-                        ["wrk", "-t1", f"-c{clients}", f"-d{duration}s", "--latency", *header, url],
-                    ),
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                rows.append({"clients": clients, "gzip": gzip, **parse_wrk(proc.stdout)})
+        combos = [(c, g) for g in (False, True) for c in (1, 16)]
+        results: dict[tuple[int, bool], list[dict[str, float]]] = {k: [] for k in combos}
+        for _ in range(runs):
+            for clients, gzip in combos:
+                results[(clients, gzip)].append(wrk(url, clients, gzip, duration))
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=10)
+    rows = []
+    for (clients, gzip), samples in results.items():
+        row: dict = {"clients": clients, "gzip": gzip}
+        for key in ("p50_ms", "p90_ms", "p99_ms", "rps", "errors"):
+            row[key] = statistics.median(s[key] for s in samples)
+        row["p99_range"] = (min(s["p99_ms"] for s in samples), max(s["p99_ms"] for s in samples))
+        rows.append(row)
     return rows
 
 
-def table(render: dict[str, float], rows: list[dict[str, object]]) -> str:
+def scrape_latency(duration: int, runs: int, body_file: Path) -> tuple[list[dict], list[dict]]:
+    port = free_port()
+    exporter = measure(
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "--simulate",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        port,
+        duration,
+        runs,
+    )
+    port = free_port()
+    floor = measure(
+        [sys.executable, "-m", "benchmarks.static_server", f"--port={port}", f"--body={body_file}"],
+        port,
+        duration,
+        runs,
+    )
+    return exporter, floor
+
+
+def table(render: dict[str, float], rows: list[dict], floor: list[dict], runs: int) -> str:
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         f"Scrape benchmark, default simulated node (8x H100, 2 MIG-partitioned GPUs), {now}, "
         f"{platform.python_implementation()} {platform.python_version()} on "
-        f"{os.cpu_count()} CPUs ({platform.machine()}); server on CPU 0, wrk on CPU 1.",
+        f"{os.cpu_count()} CPUs ({platform.machine()}); server on CPU 0, wrk on CPU 1; "
+        f"medians of {runs} runs.",
         "",
         f"Exposition: {render['series']} series, {render['bytes']:,} bytes "
         f"({render['gzip_bytes']:,} gzipped).",
@@ -147,25 +176,40 @@ def table(render: dict[str, float], rows: list[dict[str, object]]) -> str:
         f"{render['render_gzip_ms']:.2f} ms text + gzip; per-scrape tail with gzip: "
         f"{render['per_scrape_tail_us']:.0f} us.",
         "",
-        "| clients | gzip | p50 ms | p90 ms | p99 ms | req/s | errors |",
-        "|---:|:---:|---:|---:|---:|---:|---:|",
+        "| server | clients | gzip | p50 ms | p90 ms | p99 ms (min-max) | req/s | errors |",
+        "|---|---:|:---:|---:|---:|---:|---:|---:|",
     ]
-    for row in rows:
+    for name, source in (("exporter", rows), ("floor: aiohttp, static bytes", floor)):
+        for row in source:
+            low, high = row["p99_range"]
+            lines.append(
+                f"| {name} | {row['clients']} | {'yes' if row['gzip'] else 'no'} | "
+                f"{row['p50_ms']:.3f} | {row['p90_ms']:.3f} | {row['p99_ms']:.3f} "
+                f"({low:.2f}-{high:.2f}) | {row['rps']:,.0f} | {row['errors']:.0f} |"
+            )
+    lines.append("")
+    for ours, base in zip(rows, floor, strict=True):
         lines.append(
-            f"| {row['clients']} | {'yes' if row['gzip'] else 'no'} | {row['p50_ms']:.3f} | "
-            f"{row['p90_ms']:.3f} | {row['p99_ms']:.3f} | {row['rps']:,.0f} | {row['errors']:.0f} |"
+            f"- {ours['clients']} client(s), gzip {'on' if ours['gzip'] else 'off'}: exporter p99 "
+            f"is {ours['p99_ms'] / base['p99_ms']:.2f}x the floor's, throughput "
+            f"{ours['rps'] / base['rps']:.2f}x."
         )
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
+    parser.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
+    parser.add_argument("--runs", type=int, default=3, help="wrk runs per configuration")
     parser.add_argument("--output", help="also write the table to this file")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         raise SystemExit("benchmarks need wrk: `make bench` installs it (Debian package wrk)")
-    result = table(render_cost(), scrape_latency(args.duration))
+    render = render_cost()
+    body_file = Path(tempfile.mkdtemp()) / "metrics.txt"
+    body_file.write_bytes(render.pop("body"))  # type: ignore[arg-type]
+    rows, floor = scrape_latency(args.duration, args.runs, body_file)
+    result = table(render, rows, floor, args.runs)
     print(result)
     if args.output:
         Path(args.output).write_text(result)

@@ -20,6 +20,7 @@ from typing import Any
 
 import pynvml
 
+from exporter.background import BackgroundThread
 from exporter.config import CollectionConfig
 from exporter.nvml.binding import GPU_GONE, NVMLError, error_name
 from exporter.nvml.device_reader import DeviceReader
@@ -80,7 +81,9 @@ def _placeholder(index: int) -> GpuIdentity:
     return GpuIdentity(index=index, uuid="", name="", pci_bus_id="")
 
 
-class Poller:
+class Poller(BackgroundThread):
+    thread_name = "nvml-poller"
+
     def __init__(
         self,
         config: CollectionConfig,
@@ -88,6 +91,7 @@ class Poller:
         *,
         workers: int = 16,
     ) -> None:
+        super().__init__()
         self._config = config
         self._publish = publish
         self._tally = ErrorTally()
@@ -104,12 +108,10 @@ class Poller:
             PcieSampler(self._nvml, config.pcie_interval_seconds) if config.pcie_enabled else None
         )
         self._workers = DaemonWorkers(workers, "nvml-device")
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._sweep_lock = threading.Lock()
 
         self._initialized = False
-        self._next_init_at = 0.0
+        self._next_init_at = 0.0  # monotonic time of the next nvmlInit attempt
         self._init_backoff = 1.0
         self._last_init_error: str | None = None
         self._driver_version: str | None = None
@@ -122,27 +124,17 @@ class Poller:
 
     # Lifecycle
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="nvml-poller", daemon=True)
-        self._thread.start()
-
     def stop(self, timeout: float = 3.0) -> None:
-        self._stop.set()
+        super().stop(timeout)
         for helper in (self._xid, self._pcie):
             if helper is not None:
                 helper.stop(timeout)
-        if self._thread is not None:
-            self._thread.join(timeout)
         self._workers.shutdown()
         if self._initialized and not self._in_flight:
             try:
                 pynvml.nvmlShutdown()
             except NVMLError as exc:
                 log.debug("nvmlShutdown: %s", exc)
-
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -306,6 +298,10 @@ class Poller:
                 self._mig.invalidate(uuid)
         self._identities[index] = (identity, now)
         return identity
+
+    def retry_init_now(self) -> None:
+        """Skip the remaining init backoff: the next sweep tries nvmlInit again."""
+        self._next_init_at = 0.0
 
     def _mig_changed(self, uuid: str) -> None:
         log.info("%s: MIG configuration changed; re-reading its instances", uuid)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import pynvml
 
+from exporter.background import BackgroundThread
 from exporter.nvml.binding import GPU_GONE, NVMLError
 from exporter.nvml.guarded_calls import GuardedNvml
 
@@ -21,28 +22,18 @@ log = logging.getLogger(__name__)
 PcieReading = tuple[int | None, int | None]  # (tx KB/s, rx KB/s)
 
 
-class PcieSampler:
+class PcieSampler(BackgroundThread):
+    thread_name = "pcie-sampler"
+
     def __init__(self, nvml: GuardedNvml, interval_seconds: float) -> None:
+        super().__init__()
         self._nvml = nvml
         self._interval = interval_seconds
-        self._stop = threading.Event()
         self._lock = threading.Lock()
         self._targets: tuple[tuple[int, str], ...] = ()
         self._latest: dict[str, PcieReading] = {}
-        self._thread: threading.Thread | None = None
         self.last_duration_seconds = 0.0
         self.last_success = True
-
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._thread = threading.Thread(target=self._run, name="pcie-sampler", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
 
     def sample(self, targets: Sequence[tuple[int, str]]) -> None:
         """Set the (index, uuid) pairs to sample."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import pynvml
 
+from exporter.background import BackgroundThread
 from exporter.nvml.binding import NVMLError, error_name
 from exporter.nvml.error_tally import ErrorTally
 from exporter.snapshot import XidRecord
@@ -81,7 +82,9 @@ class XidBook:
             )
 
 
-class XidWatcher:
+class XidWatcher(BackgroundThread):
+    thread_name = "xid-watcher"
+
     def __init__(
         self,
         book: XidBook,
@@ -89,28 +92,16 @@ class XidWatcher:
         on_mig_change: Callable[[str], None],
         wait_ms: int = 1000,
     ) -> None:
+        super().__init__()
         self._book = book
         self._tally = tally
         self._on_mig_change = on_mig_change
         self._wait_ms = wait_ms
-        self._stop = threading.Event()
         self._devices_lock = threading.Lock()
         self._devices: tuple[int, ...] = ()
         self._registered: tuple[int, ...] | None = None
         self._event_set = None
-        self._thread: threading.Thread | None = None
         self.healthy = False
-
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._thread = threading.Thread(target=self._run, name="xid-watcher", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
 
     def watch(self, indexes: Sequence[int]) -> None:
         """Set the GPU indexes to register for; re-registers when the set changes."""
