@@ -1,24 +1,39 @@
-"""Wires the parts together: NVML (real or simulated) -> poller -> exposition store -> HTTP."""
+"""Wires the parts together:
+
+  NVML (real or simulated) -> poller -> NodeSnapshot --\
+  kubelet pod-resources -> PodResourcesWatcher --------+-> ExpositionStore -> HTTP
+  Kubernetes API (optional) -> KubernetesWatcher ------/
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+import re
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 from exporter.config import Config, ConfigurationError
+from exporter.exposition.context import AttributionContext
 from exporter.exposition.renderer import Renderer
 from exporter.exposition.store import ExpositionStore
 from exporter.nvml.binding import check_binding
+from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
 from exporter.poller import Poller
 from exporter.server import build_app, serve
 
 log = logging.getLogger(__name__)
 
 
-def start_simulator(config: Config):
-    """Patch the simulated node into pynvml. Imported lazily: production never loads it."""
+@contextlib.contextmanager
+def simulated_node(config: Config) -> Iterator[tuple[Any, Config]]:
+    """Patch the simulated node into pynvml and start its fake kubelet; yields the simulator and
+    the config pointed at the fake socket. Imported lazily: production never loads it."""
+    from exporter.simulator.fake_kubelet import FakeKubelet
     from exporter.simulator.fake_nvml import FakeNvml
     from exporter.simulator.fleet import FleetError, default_fleet, load_fleet
 
@@ -32,7 +47,16 @@ def start_simulator(config: Config):
         len(fleet.gpus),
         fleet.driver_version,
     )
-    return FakeNvml(fleet).install()
+    nvml = FakeNvml(fleet).install()
+    with tempfile.TemporaryDirectory(prefix="kube-gpu-exporter-") as tmp:
+        kubelet = FakeKubelet(nvml, Path(tmp) / "kubelet.sock").start()
+        log.info("fake kubelet pod-resources socket at %s", kubelet.socket_path)
+        attribution = replace(config.attribution, socket_path=str(kubelet.socket_path))
+        try:
+            yield nvml, replace(config, attribution=attribution)
+        finally:
+            kubelet.stop()
+            nvml.uninstall()
 
 
 def _event_loop_runner() -> Callable:
@@ -44,23 +68,72 @@ def _event_loop_runner() -> Callable:
     return uvloop.run
 
 
-def run(
-    config: Config, default_node_name: str, on_listening: Callable[[int], None] | None = None
-) -> int:
-    simulator = start_simulator(config) if config.simulate else None
-    if simulator is None and (problem := check_binding()):
-        raise ConfigurationError(problem)
-    if not config.labels.node_name:
-        node = simulator.fleet.node_name if simulator is not None else default_node_name
-        config = replace(config, labels=replace(config.labels, node_name=node))
-    store = ExpositionStore(Renderer(config.labels))
+def _kubernetes_watcher(config: Config):
+    from exporter.kubernetes.watcher import KubernetesWatcher
+
+    def api_client() -> Any:
+        import kubernetes
+
+        if config.attribution.kubeconfig:
+            kubernetes.config.load_kube_config(config_file=config.attribution.kubeconfig)
+        else:
+            kubernetes.config.load_incluster_config()
+        return kubernetes.client.ApiClient()
+
+    allowlist = config.attribution.pod_label_allowlist
+    return KubernetesWatcher(
+        api_client,
+        config.labels.node_name,
+        label_allowlist=re.compile(allowlist) if allowlist else None,
+        max_labels_per_pod=config.attribution.max_pod_labels,
+    )
+
+
+def serve_node(config: Config, on_listening: Callable[[int], None] | None = None) -> None:
+    """Start the collectors for `config`, serve until SIGTERM, then stop them."""
+    pods = None
+    if config.attribution.podresources_enabled:
+        pods = PodResourcesWatcher(
+            PodResourcesClient(config.attribution.socket_path),
+            config.collection.interval_seconds,
+            config.attribution.extra_resources,
+        )
+    kube = _kubernetes_watcher(config) if config.attribution.kubernetes_enabled else None
+
+    def context() -> AttributionContext:
+        return AttributionContext(
+            pods=pods.latest if pods else None,
+            pods_status=pods.status if pods else None,
+            kube=kube.view() if kube else None,
+        )
+
+    store = ExpositionStore(Renderer(config.labels), context)
     poller = Poller(config.collection, store.publish)
+    helpers = [h for h in (pods, kube) if h is not None]
+    for helper in helpers:
+        helper.start()
     poller.start()
     app = build_app(store, config.web, lambda: poller.alive)
     try:
         _event_loop_runner()(serve(app, config.web.listen_address, on_listening))
     finally:
         poller.stop()
-        if simulator is not None:
-            simulator.uninstall()
+        for helper in helpers:
+            helper.stop(timeout=3.0)
+
+
+def run(
+    config: Config,
+    default_node_name: str,
+    on_listening: Callable[[int], None] | None = None,
+) -> int:
+    with contextlib.ExitStack() as stack:
+        if config.simulate:
+            nvml, config = stack.enter_context(simulated_node(config))
+            default_node_name = nvml.fleet.node_name
+        elif problem := check_binding():
+            raise ConfigurationError(problem)
+        if not config.labels.node_name:
+            config = replace(config, labels=replace(config.labels, node_name=default_node_name))
+        serve_node(config, on_listening)
     return 0

@@ -18,6 +18,7 @@ from typing import NoReturn
 from exporter import __version__
 from exporter.config import (
     DEFAULT_PORT,
+    AttributionConfig,
     CollectionConfig,
     Config,
     ConfigurationError,
@@ -188,6 +189,63 @@ def build_parser() -> argparse.ArgumentParser:
         "always on kube_gpu_exporter_device_info).",
     )
     add(
+        "--podresources",
+        dest="podresources",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Attribute devices to pods through the kubelet pod-resources API (default on).",
+    )
+    add(
+        "--podresources.socket",
+        dest="podresources_socket",
+        default="/var/lib/kubelet/pod-resources/kubelet.sock",
+        help="The kubelet pod-resources socket (default /var/lib/kubelet/pod-resources/"
+        "kubelet.sock). Mount its directory, not the file: the kubelet recreates it.",
+    )
+    add(
+        "--podresources.extra-resources",
+        dest="extra_resources",
+        default="aliyun.com/gpu-mem",
+        help="Comma-separated device-plugin resources to count besides nvidia.com/gpu, "
+        "nvidia.com/gpu.shared and nvidia.com/mig-* (default aliyun.com/gpu-mem).",
+    )
+    add(
+        "--attribution.shared-devices",
+        dest="shared_devices",
+        choices=["none", "per-pod"],
+        default="none",
+        help="Series of a device several containers share: no pod labels "
+        "(none, default) or one copy per pod (per-pod). kube_gpu_exporter_pod_device_allocation "
+        "lists every holder either way.",
+    )
+    add(
+        "--kubernetes",
+        dest="kubernetes",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="Enrich with the Kubernetes API: pod UIDs, owners, allow-listed pod labels and this "
+        "node's GPU labels, from one watch of this node's pods (default off; needs NODE_NAME).",
+    )
+    add(
+        "--kubernetes.kubeconfig",
+        dest="kubeconfig",
+        default=None,
+        help="kubeconfig to use instead of the in-cluster service account.",
+    )
+    add(
+        "--kubernetes.pod-label-allowlist",
+        dest="pod_label_allowlist",
+        default=None,
+        help="Regex of pod label keys to export as label_<name> on the allocation metric.",
+    )
+    add(
+        "--kubernetes.max-pod-labels",
+        dest="max_pod_labels",
+        type=int,
+        default=10,
+        help="At most this many pod labels per pod; the rest are counted and dropped.",
+    )
+    add(
         "--log.level",
         dest="log_level",
         choices=list(LEVELS),
@@ -283,6 +341,26 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
     except ValueError as exc:
         raise UsageError(f"argument --web.listen-address: {exc}") from None
     node_name = args.node_name or environ.get("NODE_NAME") or ""
+    if args.pod_label_allowlist is not None:
+        try:
+            re.compile(args.pod_label_allowlist)
+        except re.error as exc:
+            raise UsageError(
+                f"argument --kubernetes.pod-label-allowlist: invalid regex: {exc}"
+            ) from None
+    if not 0 <= args.max_pod_labels <= 100:
+        raise UsageError("argument --kubernetes.max-pod-labels: must be between 0 and 100")
+    if args.kubernetes and not node_name and not args.simulate:
+        raise UsageError("--kubernetes needs the node name: set NODE_NAME or --node-name")
+    attribution = AttributionConfig(
+        podresources_enabled=args.podresources,
+        socket_path=args.podresources_socket,
+        extra_resources=frozenset(r.strip() for r in args.extra_resources.split(",") if r.strip()),
+        kubernetes_enabled=args.kubernetes,
+        kubeconfig=args.kubeconfig,
+        pod_label_allowlist=args.pod_label_allowlist,
+        max_pod_labels=args.max_pod_labels,
+    )
     collection = CollectionConfig(
         interval_seconds=args.interval,
         device_timeout_seconds=args.device_timeout,
@@ -301,11 +379,13 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
         host_label=HostLabel(args.host_label),
         node_name=node_name,
         driver_version_label="" if args.driver_label == "none" else args.driver_label,
+        shared_device_series=args.shared_devices,
     )
     return Config(
         collection=collection,
         labels=labels,
         web=web,
+        attribution=attribution,
         simulate=args.simulate is not None,
         fleet_file=args.simulate or None,
         log_level=args.log_level,

@@ -37,6 +37,9 @@ class LabelConfig:
     node_name: str = ""
     # Name of the driver-version label on DCGM series ("" = none, as the Helm chart's default).
     driver_version_label: str = ""
+    # A device held by several containers (time-slicing, MPS): "none" leaves its series without
+    # pod labels; "per-pod" copies them once per holder.
+    shared_device_series: str = "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,10 +53,24 @@ class WebConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AttributionConfig:
+    podresources_enabled: bool = True
+    socket_path: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    # Device-plugin resources besides nvidia.com/gpu, nvidia.com/gpu.shared and nvidia.com/mig-*,
+    # e.g. gpushare's memory units, counted in their own units.
+    extra_resources: frozenset[str] = frozenset({"aliyun.com/gpu-mem"})
+    kubernetes_enabled: bool = False
+    kubeconfig: str | None = None
+    pod_label_allowlist: str | None = None
+    max_pod_labels: int = 10
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     collection: CollectionConfig
     labels: LabelConfig
     web: WebConfig
+    attribution: AttributionConfig = AttributionConfig()
     simulate: bool = False
     fleet_file: str | None = None
     log_level: str = "info"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from exporter.config import CollectionConfig, LabelConfig
+from exporter.exposition.context import NO_CONTEXT, AttributionContext
 from exporter.exposition.renderer import Renderer
 from exporter.exposition.store import ExpositionStore, build_exposition
 from exporter.poller import Poller
@@ -75,8 +76,10 @@ def make_poller() -> Iterator[Callable[..., Poller]]:
         poller.stop(timeout=2.0)
 
 
-def render(snapshot: NodeSnapshot, labels: LabelConfig = LABELS) -> str:
-    exposition = build_exposition(snapshot, Renderer(labels))
+def render(
+    snapshot: NodeSnapshot, labels: LabelConfig = LABELS, context: AttributionContext = NO_CONTEXT
+) -> str:
+    exposition = build_exposition(snapshot, Renderer(labels), context)
     return exposition.plain(exposition.tail(15.0)).decode()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -53,8 +54,21 @@ def test_simulated_node_end_to_end():
             except OSError:
                 pass
             time.sleep(0.1)
-        status, text = get(f"{base}/metrics")
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            status, text = get(f"{base}/metrics")
+            if 'pod="llm-pretrain-worker-0"' in text:
+                break
+            time.sleep(0.2)
         assert status == 200
+        # Pod attribution from the fake kubelet, on exclusive GPUs and MIG instances.
+        assert 'container="trainer",namespace="ml-training",pod="llm-pretrain-worker-0"' in text
+        assert re.search(r'DCGM_FI_DEV_FB_USED\{[^}]*GPU_I_ID="7"[^}]*pod="inference-1g', text)
+        shared = re.findall(
+            r'kube_gpu_exporter_pod_device_allocation\{gpu="3"[^}]*pod="(chat[^"]*)"', text
+        )
+        assert len(set(shared)) == 3
+        assert "kube_gpu_exporter_node_allocatable_devices{" in text
         assert 'modelName="NVIDIA H100 80GB HBM3"' in text
         assert 'GPU_I_PROFILE="3g.40gb"' in text
         assert 'Hostname="sim-gpu-node-0"' in text

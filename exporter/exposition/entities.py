@@ -4,6 +4,10 @@ dcgm-exporter's default "flex" mode monitors a MIG-enabled GPU only through its 
 a plain GPU as a whole. Each instance repeats its parent's `gpu`, `UUID`, `pci_bus_id`, `device`
 and `modelName`, adds `GPU_I_PROFILE` and `GPU_I_ID`, carries its own framebuffer figures and
 repeats the board-level ones (temperature, power, clocks). Utilization does not exist on MIG.
+
+Pod labels follow the holders from pod-resources: one container holding a device gives its series
+`container`, `namespace` and `pod`, as dcgm-exporter does. A device shared by several containers
+gets no pod labels by default (none of them owns it), or one copy of its series per holder.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from exporter.config import HostLabel, LabelConfig
 from exporter.exposition.text_format import Labels
+from exporter.podresources.attribution import EMPTY, Attribution, Holder
 from exporter.snapshot import (
     GpuIdentity,
     GpuReadings,
@@ -29,6 +34,7 @@ class Entity:
     labels: Labels
     readings: GpuReadings
     xid: XidRecord
+    holders: tuple[Holder, ...] = ()
 
 
 def host_labels(config: LabelConfig) -> Labels:
@@ -61,7 +67,47 @@ def merge_xid(board: XidRecord, instance: XidRecord) -> XidRecord:
     return XidRecord(newest.last_xid, newest.sequence, tuple(sorted(counts.items())))
 
 
-def dcgm_entities(snapshot: NodeSnapshot, config: LabelConfig) -> list[Entity]:
+def pod_labels(holder: Holder) -> Labels:
+    # Sorted by key, as dcgm-exporter orders its attribute labels.
+    return (("container", holder.container), ("namespace", holder.namespace), ("pod", holder.pod))
+
+
+def _with_holders(entity: Entity, holders: tuple[Holder, ...], config: LabelConfig) -> list[Entity]:
+    containers = {(h.namespace, h.pod, h.container) for h in holders}
+    if len(containers) == 1:
+        return [replace(entity, labels=entity.labels + pod_labels(holders[0]), holders=holders)]
+    if len(containers) > 1 and config.shared_device_series == "per-pod":
+        seen: set[tuple[str, str, str]] = set()
+        copies = []
+        for holder in holders:
+            key = (holder.namespace, holder.pod, holder.container)
+            if key not in seen:
+                seen.add(key)
+                copies.append(
+                    replace(entity, labels=entity.labels + pod_labels(holder), holders=holders)
+                )
+        return copies
+    return [replace(entity, holders=holders)]
+
+
+def dcgm_entities(
+    snapshot: NodeSnapshot, config: LabelConfig, attribution: Attribution = EMPTY
+) -> list[Entity]:
+    return [
+        labelled
+        for entity in _device_entities(snapshot, config)
+        for labelled in _with_holders(
+            entity,
+            attribution.for_device(
+                entity.gpu.identity.uuid,
+                None if entity.instance is None else entity.instance.gpu_instance_id,
+            ),
+            config,
+        )
+    ]
+
+
+def _device_entities(snapshot: NodeSnapshot, config: LabelConfig) -> list[Entity]:
     host = host_labels(config)
     driver: Labels = ()
     if config.driver_version_label and snapshot.driver_version:

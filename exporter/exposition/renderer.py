@@ -12,6 +12,12 @@ from importlib import metadata
 
 from exporter import __version__
 from exporter.config import LabelConfig
+from exporter.exposition.attribution_metrics import (
+    render_allocations,
+    render_capacity,
+    render_source_health,
+)
+from exporter.exposition.context import NO_CONTEXT, AttributionContext
 from exporter.exposition.dcgm_families import (
     CLOCK_EVENTS,
     FAMILIES,
@@ -23,6 +29,7 @@ from exporter.exposition.dcgm_families import (
 )
 from exporter.exposition.entities import Entity, dcgm_entities, device_labels, host_labels
 from exporter.exposition.text_format import FamilyWriter, Labels, format_value, label_body
+from exporter.podresources.attribution import attribute
 from exporter.snapshot import NodeSnapshot
 from exporter.xid_messages import xid_message
 
@@ -48,9 +55,10 @@ class Renderer:
         self._labels = labels
         self._host = host_labels(labels)
 
-    def render_body(self, snapshot: NodeSnapshot) -> str:
+    def render_body(self, snapshot: NodeSnapshot, context: AttributionContext = NO_CONTEXT) -> str:
         out = FamilyWriter()
-        entities = dcgm_entities(snapshot, self._labels)
+        attribution = attribute(snapshot, context.pods)
+        entities = dcgm_entities(snapshot, self._labels, attribution)
         bodies = [label_body(e.labels) for e in entities]
         for family in FAMILIES:
             out.family(
@@ -58,6 +66,10 @@ class Renderer:
             )
         self._xid(out, entities, bodies)
         self._self_metrics(out, snapshot)
+        render_capacity(out, snapshot, context, self._labels)
+        if context.attribution_enabled:
+            render_allocations(out, snapshot, attribution, context, self._labels)
+        render_source_health(out, context, self._labels)
         return out.text()
 
     @staticmethod

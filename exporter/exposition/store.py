@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from exporter.exposition.context import NO_CONTEXT, AttributionContext
 from exporter.exposition.renderer import Renderer
 from exporter.snapshot import NodeSnapshot
 
@@ -55,9 +57,11 @@ class Exposition:
         return self.gzip_head + compressor.compress(tail) + compressor.flush()
 
 
-def build_exposition(snapshot: NodeSnapshot, renderer: Renderer) -> Exposition:
+def build_exposition(
+    snapshot: NodeSnapshot, renderer: Renderer, context: AttributionContext = NO_CONTEXT
+) -> Exposition:
     started = time.perf_counter()
-    body = renderer.render_body(snapshot).encode()
+    body = renderer.render_body(snapshot, context).encode()
     compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, _GZIP_WBITS)
     head = compressor.compress(body) + compressor.flush(zlib.Z_SYNC_FLUSH)
     return Exposition(snapshot, body, head, compressor, time.perf_counter() - started)
@@ -66,9 +70,15 @@ def build_exposition(snapshot: NodeSnapshot, renderer: Renderer) -> Exposition:
 class ExpositionStore:
     """The latest exposition. Replaced by reference, so readers never see a half-built one."""
 
-    def __init__(self, renderer: Renderer) -> None:
+    def __init__(
+        self,
+        renderer: Renderer,
+        context_source: Callable[[], AttributionContext] = lambda: NO_CONTEXT,
+    ) -> None:
         self._renderer = renderer
+        self._context_source = context_source
         self.current: Exposition | None = None
 
     def publish(self, snapshot: NodeSnapshot) -> None:
-        self.current = build_exposition(snapshot, self._renderer)
+        """Join the snapshot with the latest pod data and render it; called by the poller."""
+        self.current = build_exposition(snapshot, self._renderer, self._context_source())

@@ -1,0 +1,73 @@
+"""Turns pod-resources responses into an immutable PodResourcesSnapshot: who holds which device,
+and how many devices of each resource the node can allocate and has allocated."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from exporter.podresources.device_ids import DeviceRef, is_gpu_resource, parse_device_id
+from exporter.podresources.v1 import api_pb2
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device: DeviceRef
+
+
+@dataclass(frozen=True, slots=True)
+class PodResourcesSnapshot:
+    allocations: tuple[Allocation, ...]
+    # resource -> device IDs the kubelet can hand out (healthy devices only); None when the kubelet
+    # does not offer GetAllocatableResources (before Kubernetes 1.21).
+    allocatable: tuple[tuple[str, int], ...] | None
+    # resource -> device IDs held by active pods.
+    allocated: tuple[tuple[str, int], ...]
+    taken_at: float
+
+
+def count_devices(devices: object, extra: frozenset[str]) -> dict[str, int]:
+    counts: Counter[str] = Counter()
+    for entry in devices:  # type: ignore[attr-defined]
+        if is_gpu_resource(entry.resource_name, extra):
+            counts[entry.resource_name] += len(entry.device_ids)
+    return dict(counts)
+
+
+def from_responses(
+    listing: api_pb2.ListPodResourcesResponse,
+    allocatable: api_pb2.AllocatableResourcesResponse | None,
+    extra_resources: frozenset[str],
+    taken_at: float,
+) -> PodResourcesSnapshot:
+    allocations: list[Allocation] = []
+    allocated: Counter[str] = Counter()
+    for pod in listing.pod_resources:
+        for container in pod.containers:
+            for devices in container.devices:
+                if not is_gpu_resource(devices.resource_name, extra_resources):
+                    continue
+                allocated[devices.resource_name] += len(devices.device_ids)
+                for device_id in devices.device_ids:
+                    allocations.append(
+                        Allocation(
+                            pod.namespace,
+                            pod.name,
+                            container.name,
+                            devices.resource_name,
+                            parse_device_id(device_id),
+                        )
+                    )
+    capacity = None
+    if allocatable is not None:
+        capacity = tuple(sorted(count_devices(allocatable.devices, extra_resources).items()))
+    return PodResourcesSnapshot(
+        allocations=tuple(allocations),
+        allocatable=capacity,
+        allocated=tuple(sorted(allocated.items())),
+        taken_at=taken_at,
+    )

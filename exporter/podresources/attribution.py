@@ -1,0 +1,90 @@
+"""Joins pod-resources allocations with the NVML snapshot: which containers hold each GPU or MIG
+instance. A device shared through replicas keeps every holder, never only the last one
+(dcgm-exporter #307, #201)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from exporter.podresources.allocations import Allocation, PodResourcesSnapshot
+from exporter.podresources.device_ids import DeviceKind
+from exporter.snapshot import NodeSnapshot
+
+# (GPU UUID, GPU-instance id or None for the whole GPU)
+DeviceKey = tuple[str, int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_id: str  # the device ID without its replica suffix
+    replicas: int  # how many of the device's IDs (time-slicing or MPS replicas) this container has
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    holders: dict[DeviceKey, tuple[Holder, ...]]
+    # Allocations whose device is not on this node's NVML snapshot (e.g. a GPU that was lost).
+    unresolved: tuple[Holder, ...]
+
+    def for_device(self, uuid: str, gpu_instance_id: int | None) -> tuple[Holder, ...]:
+        """Holders of a GPU instance include those holding its whole GPU (MIG strategy none)."""
+        own = self.holders.get((uuid, gpu_instance_id), ())
+        if gpu_instance_id is None:
+            return own
+        return own + self.holders.get((uuid, None), ())
+
+
+EMPTY = Attribution({}, ())
+
+
+def resolve(allocation: Allocation, node: NodeSnapshot) -> DeviceKey | None:
+    ref = allocation.device
+    if ref.kind is DeviceKind.GPU:
+        return (ref.uuid, None) if any(g.identity.uuid == ref.uuid for g in node.gpus) else None
+    if ref.kind is DeviceKind.MIG:
+        for gpu in node.gpus:
+            for inst in gpu.mig_instances:
+                if inst.uuid == ref.uuid:
+                    return gpu.identity.uuid, inst.gpu_instance_id
+        return None
+    if ref.kind is DeviceKind.MIG_LEGACY:
+        return ref.uuid, ref.gpu_instance_id
+    if ref.kind in (DeviceKind.GKE_GPU, DeviceKind.GKE_MIG):
+        for gpu in node.gpus:
+            if gpu.identity.index == ref.index and gpu.identity.uuid:
+                return gpu.identity.uuid, ref.gpu_instance_id
+    return None
+
+
+def attribute(node: NodeSnapshot, pods: PodResourcesSnapshot | None) -> Attribution:
+    if pods is None:
+        return EMPTY
+    replicas: dict[tuple[DeviceKey | None, str, str, str, str, str], int] = defaultdict(int)
+    for allocation in pods.allocations:
+        key = resolve(allocation, node)
+        replicas[
+            (
+                key,
+                allocation.namespace,
+                allocation.pod,
+                allocation.container,
+                allocation.resource,
+                allocation.device.device_key,
+            )
+        ] += 1
+    holders: dict[DeviceKey, list[Holder]] = defaultdict(list)
+    unresolved: list[Holder] = []
+    for (key, namespace, pod, container, resource, device_id), count in sorted(
+        replicas.items(), key=lambda item: (str(item[0][0]), *item[0][1:])
+    ):
+        holder = Holder(namespace, pod, container, resource, device_id, count)
+        if key is None:
+            unresolved.append(holder)
+        else:
+            holders[key].append(holder)
+    return Attribution({k: tuple(v) for k, v in holders.items()}, tuple(unresolved))

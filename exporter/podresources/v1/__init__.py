@@ -1,0 +1,1 @@
+"""Generated gRPC stubs for the kubelet pod-resources v1 API. Regenerate with `make protos`."""

@@ -1,0 +1,285 @@
+"""A fake kubelet: a real gRPC server on a unix socket speaking pod-resources v1 with the
+production stubs, whose pods hold devices of the simulated GPU node.
+
+Allocations follow the node's workloads: training pods hold whole GPUs (two per pod), the first
+inference GPU is time-sliced among three pods (four replicas, one free), other inference and batch
+GPUs have a pod each, idle GPUs are free, and every MIG instance but the second on each GPU is held
+by a pod. Pods without devices are listed too, as the real kubelet does.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import zlib
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from exporter.podresources.v1 import api_pb2, api_pb2_grpc
+from exporter.simulator.fake_nvml import FakeNvml
+from exporter.simulator.sim_gpu import SimGpu, SimMigInstance
+
+SHARED_REPLICAS = 4
+_NAMESPACES = {"training": "ml-training", "inference": "inference", "batch": "batch"}
+
+
+@dataclass
+class FakePod:
+    namespace: str
+    name: str
+    # container name -> [(resource name, [device ids])]
+    containers: dict[str, list[tuple[str, list[str]]]] = field(default_factory=dict)
+
+
+@dataclass
+class KubeletFaults:
+    rate_limited_calls: int = 0  # the next N calls fail with RESOURCE_EXHAUSTED
+    get_enabled: bool = False  # KubeletPodResourcesGet gate (beta, on from 1.34)
+    allocatable_implemented: bool = True  # False: a kubelet before 1.21
+    delay_seconds: float = 0.0
+    padding_pods: int = 0  # extra device-less pods, to make List responses large
+
+
+def _suffix(seed: int, *parts: object) -> str:
+    """A stable pod-name suffix (Python's hash() of strings changes per process)."""
+    value = zlib.crc32(repr((seed, *parts)).encode()) % 36**5
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    for _ in range(5):
+        value, rest = divmod(value, 36)
+        out += digits[rest]
+    return out
+
+
+class FakeKubelet:
+    def __init__(
+        self,
+        nvml: FakeNvml,
+        socket_path: str | Path,
+        mig_strategy: str = "mixed",
+        mig_id_format: str = "uuid",
+    ) -> None:
+        if mig_strategy not in ("mixed", "single", "none"):
+            raise ValueError(f"unknown MIG strategy {mig_strategy!r}")
+        self.nvml = nvml
+        self.socket_path = Path(socket_path)
+        self.mig_strategy = mig_strategy
+        self.mig_id_format = mig_id_format
+        self.faults = KubeletFaults()
+        self.calls: dict[str, int] = {"List": 0, "GetAllocatableResources": 0, "Get": 0}
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        self._server: grpc.Server | None = None
+        self.pods, self.shared = self._allocate()
+
+    # ---- Allocation model ----
+
+    def _mig_resource(self, instance: SimMigInstance) -> str:
+        if self.mig_strategy == "mixed":
+            return "nvidia.com/mig-" + instance.profile_name.replace("+", ".")
+        return "nvidia.com/gpu"
+
+    def mig_device_id(self, gpu: SimGpu, instance: SimMigInstance) -> str:
+        if self.mig_id_format == "legacy":
+            return f"MIG-{gpu.uuid}/{instance.gpu_instance_id}/{instance.compute_instance_id}"
+        return instance.uuid
+
+    def _allocate(self) -> tuple[list[FakePod], set[str]]:
+        seed = self.nvml.fleet.seed
+        pods: list[FakePod] = []
+        shared: set[str] = set()
+        training: list[SimGpu] = []
+        time_sliced = False
+        for gpu in self.nvml.gpus:
+            kind = gpu.spec.workload
+            if gpu.mig_enabled and self.mig_strategy != "none":
+                for position, inst in enumerate(gpu.live_instances()):
+                    if position == 1:
+                        continue  # left free
+                    profile = inst.profile_name.replace(".", "-")
+                    name = f"{kind}-{profile}-{_suffix(seed, gpu.index, position)}"
+                    pods.append(
+                        FakePod(
+                            _NAMESPACES.get(kind, "default"),
+                            name,
+                            {
+                                "worker": [
+                                    (self._mig_resource(inst), [self.mig_device_id(gpu, inst)])
+                                ]
+                            },
+                        )
+                    )
+                continue
+            if kind == "training":
+                training.append(gpu)
+            elif kind == "inference" and not time_sliced:
+                time_sliced = True
+                shared.add(gpu.uuid)
+                for replica in range(SHARED_REPLICAS - 1):
+                    pods.append(
+                        FakePod(
+                            "inference",
+                            f"chat-api-{_suffix(seed, 'chat')}-{_suffix(seed, replica)}",
+                            {"server": [("nvidia.com/gpu.shared", [f"{gpu.uuid}::{replica}"])]},
+                        )
+                    )
+            elif kind in ("inference", "batch"):
+                pods.append(
+                    FakePod(
+                        _NAMESPACES[kind],
+                        f"{kind}-{_suffix(seed, gpu.index)}",
+                        {"main": [("nvidia.com/gpu", [gpu.uuid])]},
+                    )
+                )
+        for start in range(0, len(training), 2):
+            group = training[start : start + 2]
+            pods.append(
+                FakePod(
+                    "ml-training",
+                    f"llm-pretrain-worker-{start // 2}",
+                    {"trainer": [("nvidia.com/gpu", [g.uuid for g in group])]},
+                )
+            )
+        pods.append(FakePod("monitoring", "node-exporter-" + _suffix(seed, "ne"), {"exporter": []}))
+        pods.append(FakePod("kube-system", "kube-proxy-" + _suffix(seed, "kp"), {"kube-proxy": []}))
+        return pods, shared
+
+    def allocatable_devices(self) -> dict[str, list[str]]:
+        """Healthy devices by resource, as the kubelet reports them (lost GPUs excluded)."""
+        devices: dict[str, list[str]] = {}
+        for gpu in self.nvml.gpus:
+            if gpu.lost:
+                continue
+            if gpu.mig_enabled and self.mig_strategy != "none":
+                for inst in gpu.live_instances():
+                    devices.setdefault(self._mig_resource(inst), []).append(
+                        self.mig_device_id(gpu, inst)
+                    )
+            elif gpu.uuid in self.shared:
+                devices.setdefault("nvidia.com/gpu.shared", []).extend(
+                    f"{gpu.uuid}::{r}" for r in range(SHARED_REPLICAS)
+                )
+            else:
+                devices.setdefault("nvidia.com/gpu", []).append(gpu.uuid)
+        return devices
+
+    # ---- Responses ----
+
+    def _pod_message(self, pod: FakePod) -> api_pb2.PodResources:
+        return api_pb2.PodResources(
+            name=pod.name,
+            namespace=pod.namespace,
+            containers=[
+                api_pb2.ContainerResources(
+                    name=container,
+                    devices=[
+                        api_pb2.ContainerDevices(resource_name=resource, device_ids=ids)
+                        for resource, ids in devices
+                    ],
+                )
+                for container, devices in pod.containers.items()
+            ],
+        )
+
+    def list_response(self) -> api_pb2.ListPodResourcesResponse:
+        pods = [self._pod_message(p) for p in self.pods]
+        for i in range(self.faults.padding_pods):
+            pods.append(
+                api_pb2.PodResources(
+                    name=f"padding-pod-{i:06d}-" + "x" * 40,
+                    namespace="padding",
+                    containers=[api_pb2.ContainerResources(name="c" * 30, cpu_ids=[1, 2, 3])],
+                )
+            )
+        return api_pb2.ListPodResourcesResponse(pod_resources=pods)
+
+    def allocatable_response(self) -> api_pb2.AllocatableResourcesResponse:
+        return api_pb2.AllocatableResourcesResponse(
+            devices=[
+                api_pb2.ContainerDevices(resource_name=resource, device_ids=ids)
+                for resource, ids in sorted(self.allocatable_devices().items())
+            ],
+            cpu_ids=list(range(64)),
+        )
+
+    # ---- Server lifecycle ----
+
+    def start(self) -> FakeKubelet:
+        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.socket_path.exists():
+            self.socket_path.unlink()
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="fake-kubelet"),
+            options=[("grpc.max_send_message_length", 64 * 1024 * 1024)],
+        )
+        api_pb2_grpc.add_PodResourcesListerServicer_to_server(_Servicer(self), server)
+        server.add_insecure_port(f"unix://{self.socket_path}")
+        server.start()
+        self._server = server
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(grace=0.5).wait()
+            self._server = None
+        if self.socket_path.exists():
+            os.unlink(self.socket_path)
+
+    def restart(self, downtime_seconds: float = 0.0) -> None:
+        """What a kubelet restart looks like from a client: the socket disappears, then a new
+        one appears at the same path."""
+        self.stop()
+        time.sleep(downtime_seconds)
+        self.start()
+
+
+class _Servicer(api_pb2_grpc.PodResourcesListerServicer):
+    def __init__(self, kubelet: FakeKubelet) -> None:
+        self._kubelet = kubelet
+
+    def _enter(self, method: str, context: grpc.ServicerContext) -> None:
+        k = self._kubelet
+        with k._lock:
+            k.calls[method] += 1
+            k.in_flight += 1
+            k.max_in_flight = max(k.max_in_flight, k.in_flight)
+            limited = k.faults.rate_limited_calls > 0
+            if limited:
+                k.faults.rate_limited_calls -= 1
+        try:
+            if k.faults.delay_seconds:
+                time.sleep(k.faults.delay_seconds)
+            if limited:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "rejected by rate limit")
+        finally:
+            with k._lock:
+                k.in_flight -= 1
+
+    def List(self, request, context):
+        self._enter("List", context)
+        return self._kubelet.list_response()
+
+    def GetAllocatableResources(self, request, context):
+        self._enter("GetAllocatableResources", context)
+        if not self._kubelet.faults.allocatable_implemented:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown method GetAllocatableResources")
+        return self._kubelet.allocatable_response()
+
+    def Get(self, request, context):
+        self._enter("Get", context)
+        if not self._kubelet.faults.get_enabled:
+            context.abort(grpc.StatusCode.UNKNOWN, "PodResources API Get method disabled")
+        for pod in self._kubelet.pods:
+            if pod.name == request.pod_name and pod.namespace == request.pod_namespace:
+                return api_pb2.GetPodResourcesResponse(
+                    pod_resources=self._kubelet._pod_message(pod)
+                )
+        context.abort(
+            grpc.StatusCode.UNKNOWN,
+            f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
+        )

@@ -1,0 +1,383 @@
+"""Pod attribution from the kubelet pod-resources API, over real gRPC on a unix socket."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import grpc
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.config import LabelConfig
+from exporter.exposition.context import AttributionContext
+from exporter.podresources import generate_stubs
+from exporter.podresources.attribution import attribute, resolve
+from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
+from exporter.podresources.device_ids import DeviceKind, is_gpu_resource, parse_device_id
+from exporter.podresources.v1 import api_pb2
+from exporter.simulator.fake_kubelet import FakeKubelet
+from tests.conftest import LABELS, fleet_from_yaml, render, unexpected_lint_findings
+
+GPU = "GPU-8eaa0d1c-2a6d-4c1f-9e43-3c7a1b2f0d11"
+MIG = "MIG-c6d4b1a2-9f0e-5d3c-8b7a-6e5f4d3c2b1a"
+
+
+# ---- stubs ----
+
+
+def test_generated_stubs_match_the_proto():
+    assert generate_stubs.drifted() == []
+
+
+def test_wire_paths_keep_package_v1():
+    service = api_pb2.DESCRIPTOR.services_by_name["PodResourcesLister"]
+    assert service.full_name == "v1.PodResourcesLister"
+    assert sorted(m.name for m in service.methods) == ["Get", "GetAllocatableResources", "List"]
+    fields = api_pb2.ContainerDevices.DESCRIPTOR.fields_by_name
+    assert (fields["resource_name"].number, fields["device_ids"].number) == (1, 2)
+    claim = api_pb2.ClaimResource.DESCRIPTOR.fields_by_name["share_id"]
+    assert claim.number == 5 and claim.has_presence
+    from google.protobuf import descriptor_pb2
+
+    proto = descriptor_pb2.FileDescriptorProto.FromString(api_pb2.DESCRIPTOR.serialized_pb)
+    assert proto.package == "v1"
+    dynamic = next(m for m in proto.message_type if m.name == "DynamicResource")
+    assert [(r.start, r.end) for r in dynamic.reserved_range] == [(1, 2)]  # class_name retired
+
+
+# ---- device IDs and resource names ----
+
+
+@pytest.mark.parametrize(
+    ("raw", "kind", "uuid", "gi", "replica"),
+    [
+        (GPU, DeviceKind.GPU, GPU, None, None),
+        (f"{GPU}::3", DeviceKind.GPU, GPU, None, 3),
+        (MIG, DeviceKind.MIG, MIG, None, None),
+        (f"{MIG}::0", DeviceKind.MIG, MIG, None, 0),
+        (f"MIG-{GPU}/7/0", DeviceKind.MIG_LEGACY, GPU, 7, None),
+        (f"MIG-{GPU}/13/0::2", DeviceKind.MIG_LEGACY, GPU, 13, 2),
+        ("nvidia3", DeviceKind.GKE_GPU, "", None, None),
+        ("nvidia3/gi9", DeviceKind.GKE_MIG, "", 9, None),
+        ("nvidia3/vgpu4", DeviceKind.GKE_GPU, "", None, 4),
+        ("something-else", DeviceKind.UNKNOWN, "", None, None),
+    ],
+)
+def test_device_id_forms(raw, kind, uuid, gi, replica):
+    ref = parse_device_id(raw)
+    assert (ref.kind, ref.uuid, ref.gpu_instance_id, ref.replica) == (kind, uuid, gi, replica)
+    assert ref.device_key == raw.split("::")[0]
+
+
+@pytest.mark.parametrize(
+    ("resource", "counted"),
+    [
+        ("nvidia.com/gpu", True),
+        ("nvidia.com/gpu.shared", True),
+        ("nvidia.com/mig-1g.10gb", True),
+        ("nvidia.com/mig-1g.10gb.me", True),
+        ("nvidia.com/mig-3g.40gb", True),
+        ("aliyun.com/gpu-mem", False),
+        ("cpu", False),
+        ("example.com/foo", False),
+    ],
+)
+def test_resource_names(resource, counted):
+    assert is_gpu_resource(resource) is counted
+    assert is_gpu_resource(resource, frozenset({"aliyun.com/gpu-mem"})) is (
+        counted or resource == "aliyun.com/gpu-mem"
+    )
+
+
+# ---- fixtures: a simulated node with its fake kubelet ----
+
+
+@pytest.fixture
+def kubelet(sim, tmp_path):
+    fake = FakeKubelet(sim, tmp_path / "pod-resources" / "kubelet.sock").start()
+    yield fake
+    fake.stop()
+
+
+def watcher_for(kubelet: FakeKubelet, **kwargs) -> PodResourcesWatcher:
+    return PodResourcesWatcher(
+        PodResourcesClient(str(kubelet.socket_path), timeout_seconds=5), 0.05, **kwargs
+    )
+
+
+def observe(poller, watcher: PodResourcesWatcher, labels: LabelConfig = LABELS) -> dict:
+    assert watcher.refresh()
+    snapshot = poller.sweep()
+    context = AttributionContext(pods=watcher.latest, pods_status=watcher.status)
+    text = render(snapshot, labels, context)
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    return {"text": text, "families": families, "snapshot": snapshot}
+
+
+def series(families: dict, name: str) -> list:
+    return families[name].samples
+
+
+def test_exclusive_gpus_and_mig_instances_get_pod_labels(sim, kubelet, make_poller):
+    seen = observe(make_poller(), watcher_for(kubelet))
+    temps = series(seen["families"], "DCGM_FI_DEV_GPU_TEMP")
+    by_device = {(s.labels["gpu"], s.labels.get("GPU_I_ID")): s.labels for s in temps}
+    # GPUs 0 and 1: one two-GPU training pod.
+    for gpu in ("0", "1"):
+        labels = by_device[(gpu, None)]
+        assert (labels["namespace"], labels["pod"], labels["container"]) == (
+            "ml-training",
+            "llm-pretrain-worker-0",
+            "trainer",
+        )
+        assert list(labels)[-3:] == ["container", "namespace", "pod"]
+    # GPU 5 is idle and free; GPU 3 is time-sliced among three pods: neither has pod labels.
+    assert "pod" not in by_device[("5", None)]
+    assert "pod" not in by_device[("3", None)]
+    # MIG: every instance but the second one on each GPU is held by a pod.
+    assert by_device[("6", "7")]["pod"].startswith("inference-1g-10gb-")
+    assert "pod" not in by_device[("6", "8")]
+    assert by_device[("6", "2")]["pod"].startswith("inference-3g-40gb-")
+    assert by_device[("7", "2")]["namespace"] == "batch"
+    assert unexpected_lint_findings(seen["text"]) == []
+
+
+def test_time_sliced_gpu_lists_all_three_pods(sim, kubelet, make_poller):
+    seen = observe(make_poller(), watcher_for(kubelet))
+    allocations = series(seen["families"], "kube_gpu_exporter_pod_device_allocation")
+    shared = [s for s in allocations if s.labels["gpu"] == "3"]
+    assert len(shared) == 3
+    assert {s.labels["resource"] for s in shared} == {"nvidia.com/gpu.shared"}
+    assert len({s.labels["pod"] for s in shared}) == 3
+    assert all(s.labels["UUID"] == sim.gpus[3].uuid and s.value == 1 for s in shared)
+    # Every held device appears: 3 whole GPUs + 3 replicas + 1 inference GPU + 5 MIG instances.
+    assert len(allocations) == 12
+
+
+def test_shared_device_series_copied_per_pod_when_asked(sim, kubelet, make_poller):
+    labels = replace(LABELS, shared_device_series="per-pod")
+    seen = observe(make_poller(), watcher_for(kubelet), labels)
+    temps = [s for s in series(seen["families"], "DCGM_FI_DEV_GPU_TEMP") if s.labels["gpu"] == "3"]
+    assert len(temps) == 3 and len({s.labels["pod"] for s in temps}) == 3
+    assert len({s.value for s in temps}) == 1  # the same board value, once per pod
+
+
+def test_capacity_metrics(sim, kubelet, make_poller):
+    seen = observe(make_poller(), watcher_for(kubelet))
+    fam = seen["families"]
+
+    def by_resource(name: str) -> dict[str, float]:
+        return {s.labels["resource"]: s.value for s in series(fam, name)}
+
+    allocatable = by_resource("kube_gpu_exporter_node_allocatable_devices")
+    allocated = by_resource("kube_gpu_exporter_node_allocated_devices")
+    assert allocatable == {
+        "nvidia.com/gpu": 5,
+        "nvidia.com/gpu.shared": 4,
+        "nvidia.com/mig-1g.10gb": 2,
+        "nvidia.com/mig-2g.20gb": 1,
+        "nvidia.com/mig-3g.40gb": 2,
+        "nvidia.com/mig-1g.20gb": 2,
+    }
+    assert allocated["nvidia.com/gpu"] == 4 and allocated["nvidia.com/gpu.shared"] == 3
+    assert series(fam, "kube_gpu_exporter_node_physical_gpus")[0].value == 8
+    mig = {
+        s.labels["profile"]: s.value for s in series(fam, "kube_gpu_exporter_node_mig_instances")
+    }
+    assert mig == {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 2, "1g.20gb": 2}
+    # A lost GPU leaves allocatable (healthy devices only) but stays physical.
+    sim.lose_gpu(5)
+    seen = observe(make_poller(), watcher_for(kubelet))
+    allocatable = {
+        s.labels["resource"]: s.value
+        for s in series(seen["families"], "kube_gpu_exporter_node_allocatable_devices")
+    }
+    assert allocatable["nvidia.com/gpu"] == 4
+    assert series(seen["families"], "kube_gpu_exporter_node_physical_gpus")[0].value == 8
+
+
+@pytest.mark.parametrize(("strategy", "id_format"), [("single", "uuid"), ("mixed", "legacy")])
+def test_mig_strategies_and_legacy_ids(make_sim, tmp_path, make_poller, strategy, id_format):
+    sim = make_sim(
+        fleet_from_yaml("""
+        gpus:
+          - {model: A100-SXM4-40GB, mig: [1g.5gb, 1g.5gb, 1g.5gb, 1g.5gb, 1g.5gb, 1g.5gb, 1g.5gb]}
+    """)
+    )
+    kubelet = FakeKubelet(sim, tmp_path / "k.sock", mig_strategy=strategy, mig_id_format=id_format)
+    kubelet.start()
+    try:
+        seen = observe(make_poller(), watcher_for(kubelet))
+    finally:
+        kubelet.stop()
+    resources = {
+        s.labels["resource"]
+        for s in series(seen["families"], "kube_gpu_exporter_pod_device_allocation")
+    }
+    assert resources == ({"nvidia.com/gpu"} if strategy == "single" else {"nvidia.com/mig-1g.5gb"})
+    temps = series(seen["families"], "DCGM_FI_DEV_GPU_TEMP")
+    held = {s.labels["GPU_I_ID"] for s in temps if "pod" in s.labels}
+    assert held == {"7", "9", "10", "11", "12", "13"}  # GI 8 (the second instance) is free
+
+
+def test_mig_strategy_none_labels_every_instance_of_the_whole_gpu(sim, tmp_path, make_poller):
+    # With strategy none the plugin hands out whole GPUs even when MIG is on.
+    kubelet = FakeKubelet(sim, tmp_path / "k.sock", mig_strategy="none")
+    holder = next(
+        p
+        for p in kubelet.pods
+        if any(sim.gpus[6].uuid in ids for c in p.containers.values() for _, ids in c)
+    )
+    kubelet.start()
+    try:
+        seen = observe(make_poller(), watcher_for(kubelet))
+    finally:
+        kubelet.stop()
+    gpu6 = [s for s in series(seen["families"], "DCGM_FI_DEV_FB_USED") if s.labels["gpu"] == "6"]
+    assert len(gpu6) == 4 and all(s.labels.get("pod") == holder.name for s in gpu6)
+
+
+def test_extra_resource_names_are_counted(sim, kubelet, make_poller):
+    kubelet.pods[-1].containers["exporter"] = [("example.com/vgpu", ["v-0", "v-1"])]
+    seen = observe(
+        make_poller(), watcher_for(kubelet, extra_resources=frozenset({"example.com/vgpu"}))
+    )
+    allocated = {
+        s.labels["resource"]: s.value
+        for s in series(seen["families"], "kube_gpu_exporter_node_allocated_devices")
+    }
+    assert allocated["example.com/vgpu"] == 2
+    unresolved = [
+        s
+        for s in series(seen["families"], "kube_gpu_exporter_pod_device_allocation")
+        if s.labels["resource"] == "example.com/vgpu"
+    ]
+    assert {s.labels["device_id"] for s in unresolved} == {"v-0", "v-1"}
+
+
+def test_gke_ids_resolve_by_index(sim, make_poller):
+    snapshot = make_poller().sweep()
+    from exporter.podresources.allocations import Allocation
+
+    ref = Allocation("ns", "p", "c", "nvidia.com/gpu", parse_device_id("nvidia6/gi4"))
+    assert resolve(ref, snapshot) == (sim.gpus[6].uuid, 4)
+
+
+# ---- the kubelet misbehaving ----
+
+
+def test_kubelet_restart_mid_run(sim, kubelet, make_poller):
+    watcher = watcher_for(kubelet)
+    assert watcher.refresh()
+    kubelet.stop()  # the socket disappears
+    assert not watcher.refresh()
+    assert watcher.status.up is False and watcher.latest is not None  # last data kept
+    kubelet.start()  # a new socket at the same path
+    assert watcher.refresh()
+    assert watcher.status.up
+    assert dict(watcher.status.errors)["UNAVAILABLE"] >= 1
+
+
+def test_socket_missing_at_start_then_appears(sim, tmp_path, make_poller):
+    path = tmp_path / "late" / "kubelet.sock"
+    watcher = PodResourcesWatcher(PodResourcesClient(str(path), timeout_seconds=1), 0.05)
+    assert not watcher.refresh()
+    # Device metrics keep flowing without pod-resources.
+    snapshot = make_poller().sweep()
+    text = render(snapshot, LABELS, AttributionContext(pods=None, pods_status=watcher.status))
+    assert "DCGM_FI_DEV_GPU_TEMP{" in text and "kube_gpu_exporter_podresources_up 0" in text
+    kubelet = FakeKubelet(sim, path).start()
+    try:
+        assert watcher.refresh()
+    finally:
+        kubelet.stop()
+
+
+def test_rate_limit_backs_off_with_one_call_in_flight(sim, kubelet):
+    kubelet.faults.rate_limited_calls = 3
+    kubelet.faults.delay_seconds = 0.01
+    watcher = watcher_for(kubelet, max_backoff_seconds=0.4)
+    watcher.start()
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not watcher.status.up:
+            time.sleep(0.01)
+        assert watcher.status.up
+    finally:
+        watcher.stop()
+    assert dict(watcher.status.errors)["RESOURCE_EXHAUSTED"] == 3
+    assert kubelet.max_in_flight == 1
+    # Backoff: 3 failures at a 50 ms interval wait about 50 + 100 + 200 ms before succeeding.
+    assert kubelet.calls["List"] >= 4
+
+
+def test_backoff_spacing_after_rate_limit(sim, kubelet):
+    times: list[float] = []
+    original = kubelet.list_response
+
+    def timed():
+        times.append(time.monotonic())
+        return original()
+
+    kubelet.list_response = timed  # type: ignore[method-assign]
+    kubelet.faults.rate_limited_calls = 1000
+    watcher = watcher_for(kubelet, max_backoff_seconds=0.4)
+    watcher.start()
+    time.sleep(1.2)
+    watcher.stop()
+    calls = kubelet.calls["List"]
+    # Without backoff a 50 ms interval would make ~24 calls; with it, far fewer.
+    assert 3 <= calls <= 10, calls
+
+
+def test_large_list_response(sim, kubelet):
+    kubelet.faults.padding_pods = 50_000
+    size = kubelet.list_response().ByteSize()
+    assert size > 5_000_000  # over gRPC's 4 MiB default
+    watcher = watcher_for(kubelet)
+    assert watcher.refresh(), watcher.status.last_error
+    assert len(watcher.latest.allocations) == 12
+    # The same call with gRPC's default 4 MiB receive limit fails, as on busy nodes (#509).
+    with grpc.insecure_channel(f"unix://{kubelet.socket_path}") as channel:
+        from exporter.podresources.v1 import api_pb2_grpc
+
+        with pytest.raises(grpc.RpcError) as info:
+            api_pb2_grpc.PodResourcesListerStub(channel).List(api_pb2.ListPodResourcesRequest())
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_old_kubelet_without_allocatable(sim, kubelet, make_poller):
+    kubelet.faults.allocatable_implemented = False
+    watcher = watcher_for(kubelet)
+    assert watcher.refresh() and watcher.refresh()
+    assert watcher.latest.allocatable is None
+    assert kubelet.calls["GetAllocatableResources"] == 1  # UNIMPLEMENTED is remembered
+    text = render(make_poller().sweep(), LABELS, AttributionContext(watcher.latest, watcher.status))
+    assert "kube_gpu_exporter_node_allocated_devices{" in text
+    assert "kube_gpu_exporter_node_allocatable_devices" not in text
+
+
+def test_get_where_offered(sim, kubelet):
+    client = PodResourcesClient(str(kubelet.socket_path))
+    with pytest.raises(grpc.RpcError) as info:
+        client.get("ml-training", "llm-pretrain-worker-0")
+    assert info.value.code() == grpc.StatusCode.UNKNOWN  # gate KubeletPodResourcesGet off
+    kubelet.faults.get_enabled = True
+    pod = client.get("ml-training", "llm-pretrain-worker-0").pod_resources
+    assert pod.containers[0].devices[0].device_ids == [sim.gpus[0].uuid, sim.gpus[1].uuid]
+    client.reset()
+
+
+def test_attribution_survives_unknown_devices(sim, make_poller):
+    from exporter.podresources.allocations import Allocation, PodResourcesSnapshot
+
+    snapshot = make_poller().sweep()
+    pods = PodResourcesSnapshot(
+        allocations=(Allocation("ns", "gone", "c", "nvidia.com/gpu", parse_device_id(GPU)),),
+        allocatable=None,
+        allocated=(("nvidia.com/gpu", 1),),
+        taken_at=time.time(),
+    )
+    result = attribute(snapshot, pods)
+    assert result.holders == {} and result.unresolved[0].pod == "gone"
