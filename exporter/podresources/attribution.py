@@ -42,31 +42,48 @@ class Attribution:
 EMPTY = Attribution({}, ())
 
 
-def resolve(allocation: Allocation, node: NodeSnapshot) -> DeviceKey | None:
+@dataclass(frozen=True, slots=True)
+class _DeviceIndex:
+    """Lookups from the NVML snapshot, built once per join."""
+
+    gpus: frozenset[str]
+    mig: dict[str, DeviceKey]  # MIG UUID -> (parent GPU UUID, GI)
+    by_index: dict[int, str]  # GPU index -> GPU UUID, for GKE's nvidiaN IDs
+
+    @classmethod
+    def of(cls, node: NodeSnapshot) -> _DeviceIndex:
+        return cls(
+            gpus=frozenset(g.identity.uuid for g in node.gpus if g.identity.uuid),
+            mig={
+                inst.uuid: (gpu.identity.uuid, inst.gpu_instance_id)
+                for gpu in node.gpus
+                for inst in gpu.mig_instances
+            },
+            by_index={g.identity.index: g.identity.uuid for g in node.gpus if g.identity.uuid},
+        )
+
+
+def resolve(allocation: Allocation, node: NodeSnapshot | _DeviceIndex) -> DeviceKey | None:
+    index = node if isinstance(node, _DeviceIndex) else _DeviceIndex.of(node)
     ref = allocation.device
     if ref.kind is DeviceKind.GPU:
-        return (ref.uuid, None) if any(g.identity.uuid == ref.uuid for g in node.gpus) else None
+        return (ref.uuid, None) if ref.uuid in index.gpus else None
     if ref.kind is DeviceKind.MIG:
-        for gpu in node.gpus:
-            for inst in gpu.mig_instances:
-                if inst.uuid == ref.uuid:
-                    return gpu.identity.uuid, inst.gpu_instance_id
-        return None
+        return index.mig.get(ref.uuid)
     if ref.kind is DeviceKind.MIG_LEGACY:
         return ref.uuid, ref.gpu_instance_id
-    if ref.kind in (DeviceKind.GKE_GPU, DeviceKind.GKE_MIG):
-        for gpu in node.gpus:
-            if gpu.identity.index == ref.index and gpu.identity.uuid:
-                return gpu.identity.uuid, ref.gpu_instance_id
+    if ref.kind in (DeviceKind.GKE_GPU, DeviceKind.GKE_MIG) and ref.index in index.by_index:
+        return index.by_index[ref.index], ref.gpu_instance_id
     return None
 
 
 def attribute(node: NodeSnapshot, pods: PodResourcesSnapshot | None) -> Attribution:
     if pods is None:
         return EMPTY
+    index = _DeviceIndex.of(node)
     replicas: dict[tuple[DeviceKey | None, str, str, str, str, str], int] = defaultdict(int)
     for allocation in pods.allocations:
-        key = resolve(allocation, node)
+        key = resolve(allocation, index)
         replicas[
             (
                 key,
