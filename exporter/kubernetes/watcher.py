@@ -1,0 +1,246 @@
+"""Watches this node's pods and this node object through the `kubernetes` client.
+
+Each watch follows the API's list-then-watch protocol: LIST with `resourceVersion=0` (served from
+the API server's watch cache, which indexes pods by node, instead of a quorum read of every pod
+from etcd), then WATCH from the list's version with bookmarks, resuming from the newest version
+seen; 410 Gone means that version fell out of the history, so it lists again. Errors back off
+exponentially with jitter. Both field selectors are always set: a DaemonSet that lists pods
+cluster-wide on every node is how control planes go down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+import re
+import threading
+import time
+from collections.abc import Callable
+from types import MappingProxyType
+from typing import Any
+
+from exporter.background import BackgroundThread
+from exporter.kubernetes.pod_metadata import (
+    EMPTY_VIEW,
+    KubernetesView,
+    PodMetadata,
+    node_gpu_labels,
+    pod_metadata,
+)
+
+log = logging.getLogger(__name__)
+
+_GONE = 410
+
+
+class _Expired(Exception):
+    """The watch's resourceVersion is too old: list again."""
+
+
+class KubernetesWatcher(BackgroundThread):
+    thread_name = "kubernetes-pods"
+
+    def __init__(
+        self,
+        api_client_factory: Callable[[], Any],
+        node_name: str,
+        label_allowlist: re.Pattern[str] | None = None,
+        max_labels_per_pod: int = 10,
+        max_backoff_seconds: float = 30.0,
+        watch_timeout_seconds: int = 300,
+    ) -> None:
+        super().__init__()
+        self._factory = api_client_factory
+        self._node = node_name
+        self._allowlist = label_allowlist
+        self._cap = max_labels_per_pod
+        self._max_backoff = max_backoff_seconds
+        self._watch_timeout = watch_timeout_seconds
+        self._lock = threading.Lock()
+        self._view = EMPTY_VIEW
+        self._node_thread: threading.Thread | None = None
+        self._api: Any = None
+        self._open_watches: set[Any] = set()
+
+    # ---- lifecycle ----
+
+    def start(self) -> None:
+        super().start()
+        if self._node_thread is None:
+            self._node_thread = threading.Thread(
+                target=self._watch_forever,
+                args=(self._node_round,),
+                name="kubernetes-node",
+                daemon=True,
+            )
+            self._node_thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        # A quiet watch blocks in a socket read until the server's timeout; closing its response
+        # wakes the thread now instead.
+        for watch in list(self._open_watches):
+            watch.stop()
+            response = getattr(watch, "_resp", None)
+            if response is not None:
+                with contextlib.suppress(Exception):
+                    response.shutdown() if hasattr(response, "shutdown") else response.close()
+        super().stop(timeout)
+        if self._node_thread is not None:
+            self._node_thread.join(timeout)
+
+    def view(self) -> KubernetesView:
+        return self._view
+
+    def _replace(self, change: Callable[[dict[str, Any]], None]) -> None:
+        # Readers get the whole view by one reference read; writers (two threads) serialise here.
+        with self._lock:
+            fields = {f: getattr(self._view, f) for f in KubernetesView.__slots__}
+            change(fields)
+            self._view = KubernetesView(**fields)
+
+    def _update(self, **changes: Any) -> None:
+        self._replace(lambda fields: fields.update(changes))
+
+    def _count(self, name: str, by: int = 1) -> None:
+        self._replace(lambda fields: fields.__setitem__(name, fields[name] + by))
+
+    def _core(self) -> Any:
+        import kubernetes
+
+        if self._api is None:
+            self._api = kubernetes.client.CoreV1Api(self._factory())
+        return self._api
+
+    # ---- the retry loop shared by both watches ----
+
+    def _run(self) -> None:
+        self._watch_forever(self._pods_round)
+
+    def _watch_forever(self, one_round: Callable[[], None]) -> None:
+        failures = 0
+        last_error = ""
+        while not self._stop.is_set():
+            try:
+                one_round()
+                failures = 0
+            except _Expired:
+                self._count("relists")
+                log.info("watch history expired (410 Gone); listing again")
+                continue
+            except Exception as exc:
+                if self._stop.is_set():
+                    break  # stop() closed the stream under us
+                failures += 1
+                self._count("watch_errors")
+                message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                if message != last_error:
+                    log.warning("Kubernetes API watch failed: %s", message)
+                    last_error = message
+                self._mark_unsynced(one_round)
+                delay = min(self._max_backoff, 0.5 * 2 ** (failures - 1))
+                self._stop.wait(delay * random.uniform(0.8, 1.2))
+
+    def _mark_unsynced(self, one_round: Callable[[], None]) -> None:
+        if one_round == self._pods_round:
+            self._update(pods_synced=False)
+        else:
+            self._update(node_synced=False)
+
+    def _list(self, call: Callable[..., Any], selector: str) -> tuple[list[dict], str]:
+        response = call(
+            field_selector=selector,
+            resource_version="0",
+            _preload_content=False,
+            _request_timeout=(5, 30),
+        )
+        try:
+            body = json.loads(response.data)
+        finally:
+            response.release_conn()
+        return body.get("items") or [], str(body.get("metadata", {}).get("resourceVersion", ""))
+
+    def _watch(
+        self,
+        call: Callable[..., Any],
+        selector: str,
+        version: str,
+        on_event: Callable[[str, dict], None],
+    ) -> None:
+        """Stream events until the server ends the watch; resume from the newest version."""
+        import kubernetes
+
+        while not self._stop.is_set():
+            watch = kubernetes.watch.Watch()
+            self._open_watches.add(watch)
+            try:
+                for event in watch.stream(
+                    call,
+                    field_selector=selector,
+                    resource_version=version,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=self._watch_timeout,
+                    _request_timeout=(5, self._watch_timeout + 15),
+                ):
+                    on_event(event["type"], event["raw_object"])
+                    if self._stop.is_set():
+                        watch.stop()
+                        break
+            except kubernetes.client.ApiException as exc:
+                if exc.status == _GONE:
+                    raise _Expired from None
+                raise
+            finally:
+                self._open_watches.discard(watch)
+            version = watch.resource_version or version
+
+    # ---- pods of this node ----
+
+    def _pods_round(self) -> None:
+        core = self._core()
+        selector = f"spec.nodeName={self._node}"
+        items, version = self._list(core.list_pod_for_all_namespaces, selector)
+        pods: dict[tuple[str, str], PodMetadata] = {}
+        dropped = 0
+        for obj in items:
+            meta, cut = pod_metadata(obj, self._allowlist, self._cap)
+            pods[(meta.namespace, meta.name)] = meta
+            dropped += cut
+        self._count("labels_dropped", dropped)
+        self._update(pods=MappingProxyType(pods), pods_synced=True, pods_updated_at=time.time())
+
+        def on_event(kind: str, obj: dict) -> None:
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                meta, cut = pod_metadata(obj, self._allowlist, self._cap)
+                key = (meta.namespace, meta.name)
+                current = dict(self._view.pods)
+                if kind == "DELETED":
+                    current.pop(key, None)
+                else:
+                    if current.get(key) is None:
+                        self._count("labels_dropped", cut)
+                    current[key] = meta
+                self._update(pods=MappingProxyType(current))
+            self._update(pods_synced=True, pods_updated_at=time.time())
+
+        self._watch(core.list_pod_for_all_namespaces, selector, version, on_event)
+
+    # ---- this node ----
+
+    def _node_round(self) -> None:
+        core = self._core()
+        selector = f"metadata.name={self._node}"
+        items, version = self._list(core.list_node, selector)
+        labels = node_gpu_labels(items[0]) if items else ()
+        self._update(node_labels=labels, node_synced=bool(items), node_updated_at=time.time())
+
+        def on_event(kind: str, obj: dict) -> None:
+            if kind in ("ADDED", "MODIFIED"):
+                self._update(node_labels=node_gpu_labels(obj), node_synced=True)
+            elif kind == "DELETED":
+                self._update(node_labels=(), node_synced=False)
+            self._update(node_updated_at=time.time())
+
+        self._watch(core.list_node, selector, version, on_event)

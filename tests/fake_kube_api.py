@@ -1,0 +1,242 @@
+"""An HTTP fake of the Kubernetes API for the enrichment tests: pods and nodes, LIST and chunked
+WATCH streams with bookmarks and 410 Gone, on a real socket. It records every query it gets."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+
+class FakeKubeApi:
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self.version = 100
+        self.pods: dict[tuple[str, str], dict] = {}
+        self.node_labels: dict[str, str] = {}
+        # (resource, resourceVersion, type, object): the history watches replay from.
+        self.events: list[tuple[str, int, str, dict]] = []
+        self.expired_before = 0  # watches from an older version get 410 Gone
+        self.requests: list[tuple[str, dict[str, list[str]]]] = []
+        self.cond = threading.Condition()
+        self._server: ThreadingHTTPServer | None = None
+        self.port = 0
+
+    # ---- state changes ----
+
+    def _bump(self) -> int:
+        self.version += 1
+        return self.version
+
+    def pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        node: str | None = None,
+        uid: str = "",
+        labels: dict[str, str] | None = None,
+        owner: tuple[str, str] | None = None,
+    ) -> dict:
+        metadata: dict[str, Any] = {
+            "namespace": namespace,
+            "name": name,
+            "uid": uid or f"uid-{name}",
+            "labels": labels or {},
+        }
+        if owner:
+            metadata["ownerReferences"] = [
+                {
+                    "kind": owner[0],
+                    "name": owner[1],
+                    "controller": True,
+                    "apiVersion": "v1",
+                    "uid": "owner-uid",
+                }
+            ]
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": metadata,
+            "spec": {"nodeName": node or self.node, "containers": []},
+        }
+
+    def put_pod(self, obj: dict, event: str | None = None) -> None:
+        with self.cond:
+            version = self._bump()
+            obj["metadata"]["resourceVersion"] = str(version)
+            key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+            kind = event or ("MODIFIED" if key in self.pods else "ADDED")
+            self.pods[key] = obj
+            self.events.append(("pods", version, kind, obj))
+            self.cond.notify_all()
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        with self.cond:
+            obj = self.pods.pop((namespace, name))
+            version = self._bump()
+            self.events.append(("pods", version, "DELETED", obj))
+            self.cond.notify_all()
+
+    def bookmark(self, resource: str = "pods") -> int:
+        with self.cond:
+            version = self._bump()
+            self.events.append(
+                (
+                    resource,
+                    version,
+                    "BOOKMARK",
+                    {
+                        "kind": "Pod",
+                        "apiVersion": "v1",
+                        "metadata": {"resourceVersion": str(version)},
+                    },
+                )
+            )
+            self.cond.notify_all()
+            return version
+
+    def set_node_labels(self, labels: dict[str, str]) -> None:
+        with self.cond:
+            self.node_labels = dict(labels)
+            version = self._bump()
+            self.events.append(("nodes", version, "MODIFIED", self.node_object()))
+            self.cond.notify_all()
+
+    def expire_history(self) -> None:
+        """Compact: every watch from a version older than now answers 410 Gone."""
+        with self.cond:
+            self.expired_before = self.version + 1
+            self.cond.notify_all()
+
+    def node_object(self) -> dict:
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": self.node,
+                "labels": dict(self.node_labels),
+                "resourceVersion": str(self.version),
+            },
+        }
+
+    # ---- serving ----
+
+    def start(self, port: int = 0) -> FakeKubeApi:
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                api.handle(self)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        with self.cond:
+            self.cond.notify_all()
+
+    @property
+    def host(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def handle(self, handler: BaseHTTPRequestHandler) -> None:
+        url = urlparse(handler.path)
+        query = parse_qs(url.query)
+        self.requests.append((url.path, query))
+        resource = {"/api/v1/pods": "pods", "/api/v1/nodes": "nodes"}.get(url.path)
+        if resource is None:
+            self._json(handler, 404, {"kind": "Status", "code": 404, "reason": "NotFound"})
+            return
+        selector = query.get("fieldSelector", [""])[0]
+        if query.get("watch", ["false"])[0].lower() == "true":
+            self._stream(handler, resource, selector, query)
+        else:
+            self._json(handler, 200, self._listing(resource, selector))
+
+    def _matches(self, resource: str, obj: dict, selector: str) -> bool:
+        if resource == "pods":
+            return selector == f"spec.nodeName={obj.get('spec', {}).get('nodeName')}"
+        return selector == f"metadata.name={obj['metadata'].get('name')}"
+
+    def _listing(self, resource: str, selector: str) -> dict:
+        with self.cond:
+            objects = list(self.pods.values()) if resource == "pods" else [self.node_object()]
+            items = [o for o in objects if self._matches(resource, o, selector)]
+            kind = "PodList" if resource == "pods" else "NodeList"
+            return {
+                "kind": kind,
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": str(self.version)},
+                "items": items,
+            }
+
+    @staticmethod
+    def _json(handler: BaseHTTPRequestHandler, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        handler.send_response(code)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    def _stream(
+        self,
+        handler: BaseHTTPRequestHandler,
+        resource: str,
+        selector: str,
+        query: dict[str, list[str]],
+    ) -> None:
+        since = int(query.get("resourceVersion", ["0"])[0] or 0)
+        timeout = float(query.get("timeoutSeconds", ["30"])[0])
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+
+        def chunk(payload: bytes) -> None:
+            handler.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
+            handler.wfile.flush()
+
+        deadline = time.monotonic() + timeout
+        try:
+            with self.cond:
+                if since < self.expired_before:
+                    gone = {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "status": "Failure",
+                        "code": 410,
+                        "reason": "Expired",
+                        "message": f"too old resource version: {since}",
+                    }
+                    chunk(json.dumps({"type": "ERROR", "object": gone}).encode() + b"\n")
+                else:
+                    sent = since
+                    while self._server is not None and time.monotonic() < deadline:
+                        pending = [e for e in self.events if e[0] == resource and e[1] > sent]
+                        for _, version, kind, obj in pending:
+                            sent = version
+                            if kind == "BOOKMARK" or self._matches(resource, obj, selector):
+                                chunk(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+                        if since < self.expired_before:
+                            break
+                        self.cond.wait(min(0.2, max(0.0, deadline - time.monotonic())))
+            chunk(b"")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
