@@ -350,7 +350,7 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
             ) from None
     if not 0 <= args.max_pod_labels <= 100:
         raise UsageError("argument --kubernetes.max-pod-labels: must be between 0 and 100")
-    if args.kubernetes and not node_name and not args.simulate:
+    if args.kubernetes and not node_name and args.simulate is None:
         raise UsageError("--kubernetes needs the node name: set NODE_NAME or --node-name")
     attribution = AttributionConfig(
         podresources_enabled=args.podresources,

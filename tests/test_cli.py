@@ -39,6 +39,10 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
         (["--driver-version-label=yes"], {}, "--driver-version-label"),
         (["--health.max-snapshot-age=0"], {}, "--health.max-snapshot-age"),
         (["--no-such-flag"], {}, "--no-such-flag"),
+        (["--kubernetes"], {}, "NODE_NAME"),
+        (["--kubernetes.pod-label-allowlist=("], {}, "--kubernetes.pod-label-allowlist"),
+        (["--kubernetes.max-pod-labels=1000"], {}, "--kubernetes.max-pod-labels"),
+        (["--attribution.shared-devices=all"], {}, "--attribution.shared-devices"),
         (
             [],
             {"KUBE_GPU_EXPORTER_COLLECTOR_INTERVAL": "soon"},

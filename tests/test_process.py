@@ -84,3 +84,68 @@ def test_simulated_node_end_to_end():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_simulated_node_with_kubernetes_enrichment(tmp_path):
+    from tests.fake_kube_api import FakeKubeApi
+
+    api = FakeKubeApi("sim-gpu-node-0")
+    api.put_pod(
+        api.pod(
+            "ml-training",
+            "llm-pretrain-worker-0",
+            labels={"team": 'vision "A"'},
+            owner=("Job", "llm-pretrain"),
+        )
+    )
+    api.set_node_labels({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
+    api.start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+        f"clusters: [{{name: fake, cluster: {{server: '{api.host}'}}}}]\n"
+        "users: [{name: fake, user: {token: test}}]\n"
+        "contexts: [{name: fake, context: {cluster: fake, user: fake}}]\n"
+    )
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "--simulate",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--collector.interval=1s",
+            "--kubernetes",
+            f"--kubernetes.kubeconfig={kubeconfig}",
+            "--kubernetes.pod-label-allowlist=team",
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        text = ""
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                _status, text = get(f"http://127.0.0.1:{port}/metrics", 1)
+                if "label_team=" in text and "kube_gpu_exporter_node_info{" in text:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        assert 'label_team="vision \\"A\\""' in text
+        assert 'owner_kind="Job",owner_name="llm-pretrain"' in text
+        assert 'label_nvidia_com_gpu_product="NVIDIA-H100-80GB-HBM3"' in text
+        assert unexpected_lint_findings(text) == []
+        assert all(
+            "spec.nodeName=sim-gpu-node-0" in q.get("fieldSelector", [""])[0]
+            for p, q in api.requests
+            if p == "/api/v1/pods"
+        )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        api.stop()
