@@ -141,6 +141,11 @@ def test_exclusive_gpus_and_mig_instances_get_pod_labels(sim, kubelet, make_poll
     assert by_device[("6", "2")]["pod"].startswith("inference-3g-40gb-")
     assert by_device[("7", "2")]["namespace"] == "batch"
     assert unexpected_lint_findings(seen["text"]) == []
+    collectors = {
+        s.labels["collector"]: s.value
+        for s in series(seen["families"], "kube_gpu_exporter_collector_success")
+    }
+    assert collectors["nvml"] == 1 and collectors["podresources"] == 1
 
 
 def test_time_sliced_gpu_lists_all_three_pods(sim, kubelet, make_poller):

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from exporter.snapshot import CollectorStatus
+
 if TYPE_CHECKING:
     from exporter.kubernetes.pod_metadata import KubernetesView
     from exporter.podresources.allocations import PodResourcesSnapshot
@@ -24,6 +26,21 @@ class AttributionContext:
     @property
     def attribution_enabled(self) -> bool:
         return self.pods_status is not None
+
+    def collector_statuses(self) -> tuple[CollectorStatus, ...]:
+        """The pod-resources and Kubernetes sources as node_exporter-style collectors."""
+        statuses = []
+        if self.pods_status is not None:
+            statuses.append(
+                CollectorStatus(
+                    "podresources", self.pods_status.up, self.pods_status.last_duration_seconds
+                )
+            )
+        if self.kube is not None:
+            statuses.append(
+                CollectorStatus("kubernetes", self.kube.pods_synced and self.kube.node_synced, 0.0)
+            )
+        return tuple(statuses)
 
 
 NO_CONTEXT = AttributionContext()

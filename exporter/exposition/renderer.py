@@ -65,7 +65,7 @@ class Renderer:
                 family.name, family.kind, family.help, self._dcgm_samples(family, entities, bodies)
             )
         self._xid(out, entities, bodies)
-        self._self_metrics(out, snapshot)
+        self._self_metrics(out, snapshot, context)
         render_capacity(out, snapshot, context, self._labels)
         if context.attribution_enabled:
             render_allocations(out, snapshot, attribution, context, self._labels)
@@ -113,7 +113,9 @@ class Renderer:
             ),
         )
 
-    def _self_metrics(self, out: FamilyWriter, snap: NodeSnapshot) -> None:
+    def _self_metrics(
+        self, out: FamilyWriter, snap: NodeSnapshot, context: AttributionContext
+    ) -> None:
         gauge, counter = "gauge", "counter"
         out.family(
             f"{PREFIX}build_info",
@@ -140,7 +142,8 @@ class Renderer:
                 "Unix time of the last sweep in which NVML answered.",
                 [("", format_value(snap.last_success_at))],
             )
-        collectors = [(label_body((("collector", c.name),)), c) for c in snap.collectors]
+        statuses = snap.collectors + context.collector_statuses()
+        collectors = [(label_body((("collector", c.name),)), c) for c in statuses]
         out.family(
             f"{PREFIX}collector_success",
             gauge,
