@@ -21,6 +21,7 @@ from typing import Any
 import pynvml
 
 from exporter.background import BackgroundThread
+from exporter.backoff import Backoff
 from exporter.config import CollectionConfig
 from exporter.nvml.binding import GPU_GONE, NVMLError, error_name
 from exporter.nvml.device_reader import DeviceReader
@@ -112,7 +113,7 @@ class Poller(BackgroundThread):
 
         self._initialized = False
         self._next_init_at = 0.0  # monotonic time of the next nvmlInit attempt
-        self._init_backoff = 1.0
+        self._init_backoff = Backoff(1.0, _MAX_INIT_BACKOFF, jitter=0.0)
         self._last_init_error: str | None = None
         self._driver_version: str | None = None
         self._handles: dict[int, Any] = {}
@@ -329,11 +330,10 @@ class Poller(BackgroundThread):
             if message != self._last_init_error:
                 log.error("NVML initialisation failed: %s; retrying with backoff", message)
                 self._last_init_error = message
-            self._next_init_at = time.monotonic() + self._init_backoff
-            self._init_backoff = min(self._init_backoff * 2, _MAX_INIT_BACKOFF)
+            self._next_init_at = time.monotonic() + self._init_backoff.failed()
             return
         self._initialized = True
-        self._init_backoff = 1.0
+        self._init_backoff.succeeded()
         self._last_init_error = None
         log.info("NVML initialised, driver %s", self._driver_version)
         for helper in (self._xid, self._pcie):

@@ -8,9 +8,12 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
+from collections.abc import Callable
 
 from tests.conftest import REPO, unexpected_lint_findings
+from tests.fake_kube_api import FakeKubeApi
 
 
 def free_port() -> int:
@@ -27,7 +30,8 @@ def get(url: str, timeout: float = 5.0) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
-def test_simulated_node_end_to_end():
+def start_exporter(*flags: str) -> tuple[subprocess.Popen, str]:
+    """`python -m exporter --simulate FLAGS` on a free loopback port; returns it and its URL."""
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -37,30 +41,38 @@ def test_simulated_node_end_to_end():
             "--simulate",
             f"--web.listen-address=127.0.0.1:{port}",
             "--collector.interval=1s",
-            "--log.format=json",
+            *flags,
         ],
         cwd=REPO,
-        stdout=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                if get(f"{base}/readyz", 1)[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            status, text = get(f"{base}/metrics")
-            if 'pod="llm-pretrain-worker-0"' in text:
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def scrape_until(base: str, ready: Callable[[str], bool], timeout: float = 20.0) -> str:
+    """Scrape /metrics until `ready(text)` holds or the timeout passes; returns the last text."""
+    text = ""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            status, text = get(f"{base}/metrics", 1)
+            if status == 200 and ready(text):
                 break
-            time.sleep(0.2)
-        assert status == 200
+        except OSError:
+            pass
+        time.sleep(0.2)
+    return text
+
+
+def test_simulated_node_end_to_end():
+    proc, base = start_exporter("--log.format=json")
+    try:
+        text = scrape_until(base, lambda t: 'pod="llm-pretrain-worker-0"' in t)
+        assert 'modelName="NVIDIA H100 80GB HBM3"' in text
+        assert 'GPU_I_PROFILE="3g.40gb"' in text
+        assert 'Hostname="sim-gpu-node-0"' in text
         # Pod attribution from the fake kubelet, on exclusive GPUs and MIG instances.
         assert 'container="trainer",namespace="ml-training",pod="llm-pretrain-worker-0"' in text
         assert re.search(r'DCGM_FI_DEV_FB_USED\{[^}]*GPU_I_ID="7"[^}]*pod="inference-1g', text)
@@ -69,9 +81,6 @@ def test_simulated_node_end_to_end():
         )
         assert len(set(shared)) == 3
         assert "kube_gpu_exporter_node_allocatable_devices{" in text
-        assert 'modelName="NVIDIA H100 80GB HBM3"' in text
-        assert 'GPU_I_PROFILE="3g.40gb"' in text
-        assert 'Hostname="sim-gpu-node-0"' in text
         assert unexpected_lint_findings(text) == []
         assert get(f"{base}/healthz")[0] == 200
         started = time.monotonic()
@@ -87,8 +96,6 @@ def test_simulated_node_end_to_end():
 
 
 def test_simulated_node_with_kubernetes_enrichment(tmp_path):
-    from tests.fake_kube_api import FakeKubeApi
-
     api = FakeKubeApi("sim-gpu-node-0")
     api.put_pod(
         api.pod(
@@ -107,41 +114,21 @@ def test_simulated_node_with_kubernetes_enrichment(tmp_path):
         "users: [{name: fake, user: {token: test}}]\n"
         "contexts: [{name: fake, context: {cluster: fake, user: fake}}]\n"
     )
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "exporter",
-            "--simulate",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--collector.interval=1s",
-            "--kubernetes",
-            f"--kubernetes.kubeconfig={kubeconfig}",
-            "--kubernetes.pod-label-allowlist=team",
-        ],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc, base = start_exporter(
+        "--kubernetes",
+        f"--kubernetes.kubeconfig={kubeconfig}",
+        "--kubernetes.pod-label-allowlist=team",
     )
     try:
-        text = ""
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                _status, text = get(f"http://127.0.0.1:{port}/metrics", 1)
-                if "label_team=" in text and "kube_gpu_exporter_node_info{" in text:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.2)
+        text = scrape_until(
+            base, lambda t: "label_team=" in t and "kube_gpu_exporter_node_info{" in t
+        )
         assert 'label_team="vision \\"A\\""' in text
         assert 'owner_kind="Job",owner_name="llm-pretrain"' in text
         assert 'label_nvidia_com_gpu_product="NVIDIA-H100-80GB-HBM3"' in text
         assert unexpected_lint_findings(text) == []
         assert all(
-            "spec.nodeName=sim-gpu-node-0" in q.get("fieldSelector", [""])[0]
+            q.get("fieldSelector", [""])[0] == "spec.nodeName=sim-gpu-node-0"
             for p, q in api.requests
             if p == "/api/v1/pods"
         )

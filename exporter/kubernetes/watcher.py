@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import random
 import re
 import threading
 import time
@@ -22,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from exporter.background import BackgroundThread
+from exporter.backoff import Backoff
 from exporter.kubernetes.pod_metadata import (
     EMPTY_VIEW,
     KubernetesView,
@@ -120,12 +120,12 @@ class KubernetesWatcher(BackgroundThread):
         self._watch_forever(self._pods_round)
 
     def _watch_forever(self, one_round: Callable[[], None]) -> None:
-        failures = 0
+        backoff = Backoff(0.5, self._max_backoff)
         last_error = ""
         while not self._stop.is_set():
             try:
                 one_round()
-                failures = 0
+                backoff.succeeded()
             except _Expired:
                 self._count("relists")
                 log.info("watch history expired (410 Gone); listing again")
@@ -133,15 +133,13 @@ class KubernetesWatcher(BackgroundThread):
             except Exception as exc:
                 if self._stop.is_set():
                     break  # stop() closed the stream under us
-                failures += 1
                 self._count("watch_errors")
                 message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
                 if message != last_error:
                     log.warning("Kubernetes API watch failed: %s", message)
                     last_error = message
                 self._mark_unsynced(one_round)
-                delay = min(self._max_backoff, 0.5 * 2 ** (failures - 1))
-                self._stop.wait(delay * random.uniform(0.8, 1.2))
+                self._stop.wait(backoff.failed())
 
     def _mark_unsynced(self, one_round: Callable[[], None]) -> None:
         if one_round == self._pods_round:

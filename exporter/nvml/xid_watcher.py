@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pynvml
 
 from exporter.background import BackgroundThread
+from exporter.backoff import Backoff
 from exporter.nvml.binding import NVMLError, error_name
 from exporter.nvml.error_tally import ErrorTally
 from exporter.snapshot import XidRecord
@@ -109,28 +110,28 @@ class XidWatcher(BackgroundThread):
             self._devices = tuple(sorted(indexes))
 
     def _run(self) -> None:
-        backoff = 1.0
+        backoff = Backoff(1.0, 30.0)
         while not self._stop.is_set():
             with self._devices_lock:
                 wanted = self._devices
             if wanted != self._registered:
                 self._register(wanted)
             if self._event_set is None:
-                self._stop.wait(min(backoff, 1.0))
+                self._stop.wait(1.0)
                 continue
             try:
                 data = pynvml.nvmlEventSetWait_v2(self._event_set, self._wait_ms)
             except pynvml.NVMLError_Timeout:
                 self.healthy = True
-                backoff = 1.0
+                backoff.succeeded()
                 continue
             except NVMLError as exc:
                 self._tally.record("nvmlEventSetWait_v2", error_name(exc))
-                log.warning("XID event wait failed: %s; re-registering in %.0fs", exc, backoff)
+                delay = backoff.failed()
+                log.warning("XID event wait failed: %s; re-registering in %.0fs", exc, delay)
                 self.healthy = False
                 self._release()
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
+                self._stop.wait(delay)
                 continue
             self.healthy = True
             self._handle(data)

@@ -9,7 +9,6 @@ the next attempt connects to the new socket without restarting the exporter.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections import Counter
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 import grpc
 
 from exporter.background import BackgroundThread
+from exporter.backoff import Backoff
 from exporter.podresources.allocations import PodResourcesSnapshot, from_responses
 from exporter.podresources.v1 import api_pb2, api_pb2_grpc
 
@@ -101,17 +101,14 @@ class PodResourcesWatcher(BackgroundThread):
         self.status = PodResourcesStatus(False, None, 0.0, (), None)
 
     def _run(self) -> None:
-        failures = 0
+        backoff = Backoff(self._interval, self._max_backoff)
         while not self._stop.is_set():
             started = time.monotonic()
-            ok = self.refresh()
-            failures = 0 if ok else failures + 1
-            delay = self._interval
-            if failures:
-                # Exponential backoff with jitter, so a restarted kubelet is not hit by every
-                # exporter on the node at the same instant.
-                delay = min(self._max_backoff, self._interval * 2 ** (failures - 1))
-                delay *= random.uniform(0.8, 1.2)
+            if self.refresh():
+                backoff.succeeded()
+                delay = self._interval
+            else:
+                delay = backoff.failed()
             self._stop.wait(max(0.0, delay - (time.monotonic() - started)))
         self._client.reset()
 
