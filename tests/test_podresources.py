@@ -202,6 +202,21 @@ def test_capacity_metrics(sim, kubelet, make_poller):
     assert series(seen["families"], "kube_gpu_exporter_node_physical_gpus")[0].value == 8
 
 
+def test_allocatable_units_trace_each_offered_id_to_its_gpu(sim, kubelet, make_poller):
+    def units() -> dict[str, float]:
+        seen = observe(make_poller(), watcher_for(kubelet))
+        family = seen["families"].get("kube_gpu_exporter_device_allocatable_units")
+        return {s.labels["gpu"]: s.value for s in family.samples} if family else {}
+
+    # Whole GPUs back one ID, the time-sliced GPU 3 one per replica, MIG GPUs one per instance.
+    assert units() == {"0": 1, "1": 1, "2": 1, "3": 4, "4": 1, "5": 1, "6": 4, "7": 3}
+    # The device plugin marks GPU 5 unhealthy: NVML still sees it, the kubelet offers nothing.
+    kubelet.faults.unhealthy_gpus.add(sim.gpus[5].uuid)
+    assert units()["5"] == 0
+    kubelet.faults.allocatable_implemented = False
+    assert units() == {}
+
+
 @pytest.mark.parametrize(("strategy", "id_format"), [("single", "uuid"), ("mixed", "legacy")])
 def test_mig_strategies_and_legacy_ids(make_sim, tmp_path, make_poller, strategy, id_format):
     sim = make_sim(

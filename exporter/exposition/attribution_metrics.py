@@ -7,9 +7,9 @@ from collections import Counter
 
 from exporter.config import LabelConfig
 from exporter.exposition.context import AttributionContext
-from exporter.exposition.entities import host_labels
+from exporter.exposition.entities import device_labels, host_labels
 from exporter.exposition.text_format import FamilyWriter, Labels, format_value, label_body
-from exporter.podresources.attribution import Attribution, Holder
+from exporter.podresources.attribution import Attribution, Holder, allocatable_units
 from exporter.snapshot import NodeSnapshot
 
 PREFIX = "kube_gpu_exporter_"
@@ -97,6 +97,22 @@ def render_capacity(
     pods = context.pods
     if pods is None:
         return
+    units = allocatable_units(snapshot, pods)
+    if units is not None:
+        out.family(
+            f"{PREFIX}device_allocatable_units",
+            "gauge",
+            "Device IDs the kubelet can allocate that this GPU backs: 1 for a whole GPU, one per "
+            "time-slicing replica or MIG instance; 0 when the device plugin does not offer the "
+            "GPU (unhealthy, or no resource for its MIG layout).",
+            [
+                (
+                    label_body(device_labels(g.identity, config)),
+                    str(units.get(g.identity.uuid, 0)),
+                )
+                for g in snapshot.gpus
+            ],
+        )
     if pods.allocatable is not None:
         out.family(
             f"{PREFIX}node_allocatable_devices",

@@ -28,6 +28,8 @@ class PodResourcesSnapshot:
     # resource -> device IDs held by active pods.
     allocated: tuple[tuple[str, int], ...]
     taken_at: float
+    # Every allocatable device ID, parsed, so each can be traced to its physical GPU; None as above.
+    allocatable_devices: tuple[DeviceRef, ...] | None = None
 
 
 def count_devices(devices: object, extra: frozenset[str]) -> dict[str, int]:
@@ -63,11 +65,19 @@ def from_responses(
                         )
                     )
     capacity = None
+    offered = None
     if allocatable is not None:
         capacity = tuple(sorted(count_devices(allocatable.devices, extra_resources).items()))
+        offered = tuple(
+            parse_device_id(device_id)
+            for entry in allocatable.devices
+            if is_gpu_resource(entry.resource_name, extra_resources)
+            for device_id in entry.device_ids
+        )
     return PodResourcesSnapshot(
         allocations=tuple(allocations),
         allocatable=capacity,
         allocated=tuple(sorted(allocated.items())),
         taken_at=taken_at,
+        allocatable_devices=offered,
     )

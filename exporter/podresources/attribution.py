@@ -8,7 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from exporter.podresources.allocations import Allocation, PodResourcesSnapshot
-from exporter.podresources.device_ids import DeviceKind
+from exporter.podresources.device_ids import DeviceKind, DeviceRef
 from exporter.snapshot import NodeSnapshot
 
 # (GPU UUID, GPU-instance id or None for the whole GPU)
@@ -64,8 +64,11 @@ class _DeviceIndex:
 
 
 def resolve(allocation: Allocation, node: NodeSnapshot | _DeviceIndex) -> DeviceKey | None:
+    return resolve_device(allocation.device, node)
+
+
+def resolve_device(ref: DeviceRef, node: NodeSnapshot | _DeviceIndex) -> DeviceKey | None:
     index = node if isinstance(node, _DeviceIndex) else _DeviceIndex.of(node)
-    ref = allocation.device
     if ref.kind is DeviceKind.GPU:
         return (ref.uuid, None) if ref.uuid in index.gpus else None
     if ref.kind is DeviceKind.MIG:
@@ -105,3 +108,20 @@ def attribute(node: NodeSnapshot, pods: PodResourcesSnapshot | None) -> Attribut
         else:
             holders[key].append(holder)
     return Attribution({k: tuple(v) for k, v in holders.items()}, tuple(unresolved))
+
+
+def allocatable_units(
+    node: NodeSnapshot, pods: PodResourcesSnapshot | None
+) -> dict[str, int] | None:
+    """Allocatable device IDs per physical GPU UUID, every NVML-visible GPU included (0 when the
+    device plugin offers nothing on it). A count, not a flag, because one GPU backs several IDs
+    under time-slicing or MIG. None when the kubelet does not report allocatable devices."""
+    if pods is None or pods.allocatable_devices is None:
+        return None
+    index = _DeviceIndex.of(node)
+    units = dict.fromkeys(index.gpus, 0)
+    for ref in pods.allocatable_devices:
+        key = resolve_device(ref, index)
+        if key is not None and key[0] in units:
+            units[key[0]] += 1
+    return units

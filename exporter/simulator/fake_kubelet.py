@@ -42,6 +42,9 @@ class KubeletFaults:
     allocatable_implemented: bool = True  # False: a kubelet before 1.21
     delay_seconds: float = 0.0
     padding_pods: int = 0  # extra device-less pods, to make List responses large
+    # GPU UUIDs the device plugin reports unhealthy: NVML still sees them, the kubelet no longer
+    # offers them (e.g. after XID 48 or 79 the plugin's health check marks the device).
+    unhealthy_gpus: set[str] = field(default_factory=set)
 
 
 def _suffix(seed: int, *parts: object) -> str:
@@ -153,7 +156,7 @@ class FakeKubelet:
         """Healthy devices by resource, as the kubelet reports them (lost GPUs excluded)."""
         devices: dict[str, list[str]] = {}
         for gpu in self.nvml.gpus:
-            if gpu.lost:
+            if gpu.lost or gpu.uuid in self.faults.unhealthy_gpus:
                 continue
             if gpu.mig_enabled and self.mig_strategy != "none":
                 for inst in gpu.live_instances():
