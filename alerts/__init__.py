@@ -1,0 +1,1 @@
+"""Prometheus alerting and recording rules for kube-gpu-exporter, generated from bundle.config."""

@@ -1,0 +1,158 @@
+"""Recording rules that carry the capacity dashboard's aggregations, so its panels read a few
+pre-aggregated series per node or namespace instead of every device series of a 1,000-node fleet.
+
+Names follow `level:metric:operations`. The level names the labels kept; the exporter's host
+label is copied to `node`, the name kube-state-metrics uses, so the two join directly.
+"""
+
+from __future__ import annotations
+
+from alerts.rule_types import Group, Record
+from bundle.config import BundleConfig
+from bundle.promql import Q
+
+# Recorded names the dashboards read; kept here so a rename cannot miss a panel.
+PHYSICAL = "node:kube_gpu_exporter_node_physical_gpus:max"
+ANSWERING = "node:kube_gpu_exporter_device_up:sum"
+OFFERED = "node:kube_gpu_exporter_allocatable_gpus:sum"
+ALLOCATABLE = "node_resource:kube_gpu_exporter_node_allocatable_devices:max"
+ALLOCATED = "node_resource:kube_gpu_exporter_node_allocated_devices:max"
+FREE = "node_resource:kube_gpu_exporter_node_free_devices:max"
+MIG = "node_profile:kube_gpu_exporter_node_mig_instances:max"
+SCHEDULABLE_PODS = "cluster:kube_gpu_exporter_schedulable_pods:sum"
+LARGEST_FREE_BLOCK = "cluster:kube_gpu_exporter_node_free_devices:max"
+NODE_UTIL = "node:DCGM_FI_DEV_GPU_UTIL:avg"
+NS_ALLOCATED = "namespace_resource:kube_gpu_exporter_allocated_devices:count"
+NS_UTIL = "namespace:DCGM_FI_DEV_GPU_UTIL:avg"
+NS_IDLE = "namespace:kube_gpu_exporter_allocated_idle_gpus:count"
+WORKLOAD_ALLOCATED = "namespace_workload:kube_gpu_exporter_allocated_devices:count"
+WORKLOAD_UTIL = "namespace_workload:DCGM_FI_DEV_GPU_UTIL:avg"
+PENDING = "namespace_resource:kube_pod_container_resource_requests_gpu_pending:sum"
+
+
+def cluster_total(record: str, *keep: str) -> str:
+    """`node:x:max` -> `cluster:x:sum`, or `node_resource:x:max` -> `cluster_resource:x:sum`."""
+    level, metric, _ = record.split(":")
+    return ":".join(("_".join(("cluster", *keep)), metric, "sum"))
+
+
+def node_groups(config: BundleConfig) -> Group:
+    q = Q(config)
+    node = q.node
+    per_node = q.by(node)
+
+    def from_exporter(metric: str, *keep: str) -> str:
+        return f"max {q.by(node, *keep)} ({q.as_node(q.exporter(metric))})"
+
+    def per_gpu(metric: str) -> str:
+        return f"max {q.by(node, 'gpu', 'UUID')} ({q.as_node(q.exporter(metric))})"
+
+    unschedulable = f"{q.ksm('kube_node_spec_unschedulable')} == 1"
+    whole = config.resources.whole_gpu
+    return Group(
+        "kube-gpu-exporter-capacity.rules",
+        (
+            Record(PHYSICAL, from_exporter("kube_gpu_exporter_node_physical_gpus")),
+            Record(ANSWERING, f"sum {per_node} ({per_gpu('kube_gpu_exporter_device_up')})"),
+            Record(
+                OFFERED,
+                f"sum {per_node} ({per_gpu('kube_gpu_exporter_device_allocatable_units')} "
+                "> bool 0)",
+            ),
+            Record(
+                ALLOCATABLE, from_exporter("kube_gpu_exporter_node_allocatable_devices", "resource")
+            ),
+            Record(
+                ALLOCATED, from_exporter("kube_gpu_exporter_node_allocated_devices", "resource")
+            ),
+            Record(
+                FREE,
+                f"clamp_min({ALLOCATABLE} - {q.on(node, 'resource')} {ALLOCATED}, 0)",
+            ),
+            Record(MIG, from_exporter("kube_gpu_exporter_node_mig_instances", "profile")),
+            Record(
+                NODE_UTIL,
+                f"avg {per_node} ({q.as_node(q.exporter('DCGM_FI_DEV_GPU_UTIL'))})",
+            ),
+            # Cordoned nodes keep their free GPUs but cannot take new pods.
+            *(
+                Record(
+                    SCHEDULABLE_PODS,
+                    f'sum {q.by()} (floor({FREE}{{resource="{whole}"}} / {size}) '
+                    f"unless {q.on(node)} ({unschedulable}))",
+                    (("gpus_per_pod", str(size)),),
+                )
+                for size in config.resources.pod_sizes
+            ),
+            Record(
+                LARGEST_FREE_BLOCK,
+                f'max {q.by()} ({FREE}{{resource="{whole}"}} unless {q.on(node)} '
+                f"({unschedulable}))",
+            ),
+        ),
+    )
+
+
+def cluster_group(config: BundleConfig) -> Group:
+    q = Q(config)
+    totals = [
+        Record(cluster_total(PHYSICAL), f"sum {q.by()} ({PHYSICAL})"),
+        Record(cluster_total(ANSWERING), f"sum {q.by()} ({ANSWERING})"),
+        Record(cluster_total(OFFERED), f"sum {q.by()} ({OFFERED})"),
+        Record(cluster_total(ALLOCATABLE, "resource"), f"sum {q.by('resource')} ({ALLOCATABLE})"),
+        Record(cluster_total(ALLOCATED, "resource"), f"sum {q.by('resource')} ({ALLOCATED})"),
+        Record(cluster_total(FREE, "resource"), f"sum {q.by('resource')} ({FREE})"),
+        Record(cluster_total(MIG, "profile"), f"sum {q.by('profile')} ({MIG})"),
+    ]
+    return Group("kube-gpu-exporter-cluster.rules", tuple(totals))
+
+
+def usage_group(config: BundleConfig) -> Group:
+    q = Q(config)
+    ns, pod, host = q.namespace, q.pod, q.host
+    th = config.thresholds
+    allocation = q.exporter("kube_gpu_exporter_pod_device_allocation")
+    busy = q.exporter("DCGM_FI_DEV_GPU_UTIL", f'{pod}!=""')
+    owner = ("owner_kind", "owner_name")
+    device = (host, "UUID", "GPU_I_ID")
+    requests = q.ksm(
+        "kube_pod_container_resource_requests",
+        f'resource=~"{config.resources.gpu_ksm_regex}"',
+    )
+    pending = q.ksm("kube_pod_status_phase", 'phase="Pending"')
+    return Group(
+        "kube-gpu-exporter-usage.rules",
+        (
+            # Distinct devices: a pod's time-slicing replicas of one GPU count once.
+            Record(
+                NS_ALLOCATED,
+                f"count {q.by(ns, 'resource')} (max {q.by(*device, ns, 'resource')} "
+                f"({allocation}))",
+            ),
+            Record(NS_UTIL, f"avg {q.by(ns)} ({busy})"),
+            Record(
+                NS_IDLE,
+                f"count {q.by(ns)} (max {q.by(host, 'UUID', ns, pod)} "
+                f"(max_over_time({busy}[{th.idle_window}])) < {th.idle_utilization_percent:g})",
+            ),
+            # Owners come from the exporter's Kubernetes enrichment (--kubernetes).
+            Record(
+                WORKLOAD_ALLOCATED,
+                f"count {q.by(ns, *owner)} (max {q.by(*device, ns, *owner)} ({allocation}))",
+            ),
+            Record(
+                WORKLOAD_UTIL,
+                f"avg {q.by(ns, *owner)} ({busy} * {q.on(host, 'UUID', ns, pod)} "
+                f"group_left ({', '.join(owner)}) max {q.by(host, 'UUID', ns, pod, *owner)} "
+                f"({allocation}))",
+            ),
+            # Requests of Pending pods; max by dedupes two kube-state-metrics replicas.
+            Record(
+                PENDING,
+                f"sum {q.by('namespace', 'resource')} ("
+                f"max {q.by('namespace', 'pod', 'container', 'resource')} ({requests}) "
+                f"* {q.on('namespace', 'pod')} group_left () "
+                f"max {q.by('namespace', 'pod')} ({pending} == 1))",
+            ),
+        ),
+    )

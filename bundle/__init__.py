@@ -1,0 +1,1 @@
+"""Shared pieces of the monitoring bundle: the one config and the PromQL vocabulary built on it."""

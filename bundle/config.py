@@ -1,0 +1,156 @@
+"""The one config every generated artifact is built from: selectors, label names, thresholds,
+`for` durations, severities, runbook URLs and dashboard identity.
+
+Users customise the bundle by overriding fields here (`dataclasses.replace`) and regenerating,
+never by editing the outputs. Every query in `alerts/`, `dashboards/` and `scrape-configs/`
+takes its selectors and label names from this object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class BundleConfigError(ValueError):
+    """A config value that would generate broken queries."""
+
+
+@dataclass(frozen=True, slots=True)
+class Selectors:
+    # Matchers (without braces) for this exporter's series and for kube-state-metrics'.
+    exporter: str = 'job="kube-gpu-exporter"'
+    kube_state_metrics: str = 'job="kube-state-metrics"'
+
+
+@dataclass(frozen=True, slots=True)
+class LabelNames:
+    cluster: str = "cluster"
+    # The exporter's node label (`--host-label`): "Hostname" like dcgm-exporter <= 4.8.2, or
+    # "hostname" like >= 4.8.3. kube-state-metrics calls the same thing `node`.
+    hostname: str = "Hostname"
+    node: str = "node"
+    # With honor_labels: false Prometheus renames these to exported_pod / exported_namespace.
+    pod: str = "pod"
+    namespace: str = "namespace"
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    # kubelet spelling (exporter) and kube-state-metrics spelling of the whole-GPU resource.
+    whole_gpu: str = "nvidia.com/gpu"
+    whole_gpu_ksm: str = "nvidia_com_gpu"
+    # Every GPU resource in kube-state-metrics spelling: whole, shared and MIG.
+    gpu_ksm_regex: str = "nvidia_com_gpu.*|nvidia_com_mig_.*"
+    mig_regex: str = "nvidia.com/mig-.*"
+    # Pod sizes the fragmentation panels count ("how many N-GPU pods still fit").
+    pod_sizes: tuple[int, ...] = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True, slots=True)
+class Severity:
+    critical: str = "critical"
+    warning: str = "warning"
+    info: str = "info"
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """Every threshold and `for` duration of the alerts, in one place."""
+
+    exporter_down_for: str = "15m"
+    exporter_stale_for: str = "10m"
+    nvml_down_for: str = "10m"
+    podresources_down_for: str = "15m"
+    gpu_lost_for: str = "5m"
+    # A GPU that vanished from NVML's device count is compared with the node's recent maximum.
+    gpu_missing_lookback: str = "6h"
+    gpu_missing_for: str = "10m"
+    gpu_unallocatable_for: str = "15m"
+    node_unallocatable_for: str = "15m"
+    # XID codes that mean a GPU reset, drain or RMA (NVIDIA XID catalogue, utkuozdemir tiers).
+    xid_critical_codes: tuple[int, ...] = (48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120)
+    # How long a critical XID keeps its alert active after the last occurrence.
+    xid_window: str = "15m"
+    # Latched hardware states persist until a reset, so a short `for` only rides out a glitch.
+    latched_for: str = "1m"
+    throttle_for: str = "5m"
+    temperature_warning_celsius: float = 85
+    temperature_warning_for: str = "10m"
+    temperature_critical_celsius: float = 92
+    temperature_critical_for: str = "5m"
+    memory_full_ratio: float = 0.95
+    memory_full_for: str = "15m"
+    # Allocated but idle: peak utilization below this over the idle window, for this long.
+    idle_utilization_percent: float = 1
+    idle_window: str = "10m"
+    idle_for: str = "1h"
+
+
+@dataclass(frozen=True, slots=True)
+class Dashboards:
+    name_prefix: str = "GPU / "
+    tags: tuple[str, ...] = ("kube-gpu-exporter", "gpu-mixin")
+    # Stable uids (Grafana allows 40 characters); changing one breaks users' bookmarks.
+    uids: dict[str, str] = field(
+        default_factory=lambda: {
+            "gpu-cluster-capacity": "kube-gpu-cluster-capacity",
+            "gpu-devices": "kube-gpu-devices",
+        }
+    )
+    datasource_name: str = "default"
+    datasource_regex: str = ""
+    # kube-prometheus-stack's Prometheus datasource uid, used by the provisioned flavour.
+    rate_interval: str = "5m"
+    refresh: str = "30s"
+    timezone: str = "utc"
+    time_from: str = "now-6h"
+    min_interval: str = "1m"
+
+
+@dataclass(frozen=True, slots=True)
+class Scrape:
+    job_name: str = "kube-gpu-exporter"
+    namespace: str = "gpu-monitoring"
+    # The pod label and the container/Service port name the DaemonSet uses.
+    app_label: str = "app.kubernetes.io/name"
+    app_name: str = "kube-gpu-exporter"
+    port_name: str = "metrics"
+    port: int = 9455
+    interval: str = "15s"
+    timeout: str = "10s"
+    # kube-prometheus-stack selects ServiceMonitors, PodMonitors and rules by this label.
+    release_label: str = "kube-prometheus-stack"
+
+
+@dataclass(frozen=True, slots=True)
+class BundleConfig:
+    selectors: Selectors = field(default_factory=Selectors)
+    labels: LabelNames = field(default_factory=LabelNames)
+    resources: Resources = field(default_factory=Resources)
+    severity: Severity = field(default_factory=Severity)
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    dashboards: Dashboards = field(default_factory=Dashboards)
+    scrape: Scrape = field(default_factory=Scrape)
+    # When on, descriptions name the cluster and the cluster variable is shown.
+    show_multi_cluster: bool = False
+    runbook_url_pattern: str = (
+        "https://github.com/kube-gpu-exporter/kube-gpu-exporter/blob/main/alerts/runbook.md#%s"
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("exporter", "kube_state_metrics"):
+            value = getattr(self.selectors, name)
+            if not value.strip():
+                raise BundleConfigError(f"selectors.{name} is empty: every query needs it")
+            if "{" in value or "}" in value:
+                raise BundleConfigError(
+                    f"selectors.{name} {value!r} must be matchers without braces"
+                )
+        if "%s" not in self.runbook_url_pattern:
+            raise BundleConfigError("runbook_url_pattern needs a %s for the alert name")
+        for key, uid in self.dashboards.uids.items():
+            if not 0 < len(uid) <= 40:
+                raise BundleConfigError(f"dashboard uid for {key} must be 1-40 characters")
+
+
+DEFAULT = BundleConfig()
