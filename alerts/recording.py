@@ -32,7 +32,7 @@ PENDING = "namespace_resource:kube_pod_container_resource_requests_gpu_pending:s
 
 def cluster_total(record: str, *keep: str) -> str:
     """`node:x:max` -> `cluster:x:sum`, or `node_resource:x:max` -> `cluster_resource:x:sum`."""
-    level, metric, _ = record.split(":")
+    metric = record.split(":")[1]
     return ":".join(("_".join(("cluster", *keep)), metric, "sum"))
 
 
