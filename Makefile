@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 ARGS ?=
 
-.PHONY: run test lint bench protos system-deps clean
+.PHONY: run test lint bench bundle protos system-deps clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ test: $(VENV)/.installed system-deps lint
 ## bench: scrape latency and render cost on the simulated default node
 bench: $(VENV)/.installed system-deps
 	$(PY) -m benchmarks.scrape_latency $(ARGS)
+
+## bundle: regenerate dashboards, rules and scrape configs from bundle/config.py
+bundle: $(VENV)/.installed
+	$(PY) -m bundle.render
 
 ## protos: regenerate the committed pod-resources gRPC stubs from their .proto
 protos: $(VENV)/.installed

@@ -40,7 +40,7 @@ def group(config: BundleConfig) -> Group:
                 f"{q.exporter('kube_gpu_exporter_snapshot_stale')} == 1",
                 th.exporter_stale_for,
                 sev.warning,
-                "kube-gpu-exporter serves stale GPU metrics.",
+                "The GPU exporter serves stale metrics.",
                 f"{target} has finished no NVML sweep in time for {th.exporter_stale_for}; "
                 "it keeps serving its last snapshot. An NVML call is probably hanging.",
             ),

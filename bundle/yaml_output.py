@@ -19,10 +19,3 @@ class _NoAliases(yaml.SafeDumper):
 def dump(document: Any, source: str) -> str:
     body = yaml.dump(document, Dumper=_NoAliases, sort_keys=False, width=100, allow_unicode=True)
     return HEADER.format(source=source) + body
-
-
-def dump_all(documents: list[Any], source: str) -> str:
-    body = yaml.dump_all(
-        documents, Dumper=_NoAliases, sort_keys=False, width=100, allow_unicode=True
-    )
-    return HEADER.format(source=source) + body

@@ -120,8 +120,9 @@ class Renderer:
         out.family(
             f"{PREFIX}build_info",
             gauge,
-            "Build information of kube-gpu-exporter.",
-            [(label_body(BUILD_LABELS), "1")],
+            "Build information of kube-gpu-exporter, with the node it runs on; always 1. Join "
+            "the exporter's own series to a node with `and on (instance)` against this one.",
+            [(label_body(BUILD_LABELS + self._host), "1")],
         )
         out.family(
             f"{PREFIX}nvml_up",

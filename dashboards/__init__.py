@@ -1,0 +1,1 @@
+"""Grafana dashboards for kube-gpu-exporter, built with grafanalib from bundle.config."""

@@ -1,0 +1,389 @@
+"""GPU Cluster Capacity: what the fleet has, what pods can get, what they hold, what they use,
+and where GPUs are wasted. Reads the recording rules (alerts/recording.py) so it stays fast on a
+1,000-node cluster; only the per-pod idle table reads raw device series."""
+
+from __future__ import annotations
+
+from alerts import recording as r
+from bundle.config import BundleConfig
+from bundle.promql import Q
+from dashboards import variables
+from dashboards.panels import (
+    Cell,
+    bargauge,
+    row,
+    stat,
+    table,
+    target,
+    timeseries,
+)
+
+TITLE = "Cluster Capacity"
+FILE = "gpu-cluster-capacity"
+
+
+def cells(config: BundleConfig) -> list[Cell]:
+    q = Q(config, dashboard=True)
+    node_filter = f'{q.node}=~"$node"'
+    ns_filter = f'{q.namespace}=~"$namespace"'
+    whole = f'resource="{config.resources.whole_gpu}"'
+    th = config.thresholds
+
+    def total(record: str, *extra: str) -> str:
+        return f"sum({q.recorded(record, *extra)})"
+
+    def per_node(record: str, *extra: str) -> str:
+        return f"sum by ({q.node}) ({q.recorded(record, node_filter, *extra)})"
+
+    gpu_hours = "$__range_s / 3600"
+    idle_util = q.exporter(
+        "DCGM_FI_DEV_GPU_UTIL",
+        f'{q.pod}!=""',
+        ns_filter,
+        f'{q.host}=~"$node"',
+    )
+    device_labels = f"{q.namespace}, {q.pod}, {q.host}, gpu, UUID"
+    return [
+        row("Overview"),
+        stat(
+            "Physical GPUs",
+            "GPUs NVML enumerates on every node, healthy or not.",
+            "none",
+            [target(total(r.cluster_total(r.PHYSICAL)))],
+        ),
+        stat(
+            "GPUs answering NVML",
+            "GPUs whose last NVML sweep succeeded. Fewer than physical means lost or hung GPUs.",
+            "none",
+            [target(total(r.cluster_total(r.ANSWERING)))],
+        ),
+        stat(
+            "GPUs offered to pods",
+            "Physical GPUs on which the kubelet offers at least one device (whole, time-sliced "
+            "replica or MIG instance). Fewer than physical means GPUs marked unhealthy.",
+            "none",
+            [target(total(r.cluster_total(r.OFFERED)))],
+        ),
+        stat(
+            "Devices allocated",
+            "Devices held by running pods, all GPU resources together (whole GPUs, replicas "
+            "and MIG instances).",
+            "none",
+            [target(total(r.cluster_total(r.ALLOCATED, "resource")))],
+        ),
+        stat(
+            "Whole GPUs free",
+            f"Allocatable {config.resources.whole_gpu} devices no pod holds.",
+            "none",
+            [target(total(r.cluster_total(r.FREE, "resource"), whole))],
+            steps=((None, "orange"), (1, "green")),
+        ),
+        stat(
+            "Allocated but idle",
+            f"Allocated GPUs whose utilization stayed below {th.idle_utilization_percent:g}% "
+            f"for the last {th.idle_window}. Whole GPUs only: MIG instances report no "
+            "utilization through NVML.",
+            "none",
+            [target(total(r.NS_IDLE) + " or vector(0)")],
+            steps=((None, "green"), (1, "orange")),
+        ),
+        row("Capacity by resource"),
+        table(
+            "Devices by resource",
+            "Allocatable, allocated and free devices per extended resource, from the kubelet "
+            "of every node. Time-sliced GPUs count once per replica.",
+            "none",
+            [
+                target(
+                    f"sum by (resource) ({q.recorded(r.cluster_total(r.ALLOCATABLE, 'resource'))})",
+                    table=True,
+                ),
+                target(
+                    f"sum by (resource) ({q.recorded(r.cluster_total(r.ALLOCATED, 'resource'))})",
+                    table=True,
+                ),
+                target(
+                    f"sum by (resource) ({q.recorded(r.cluster_total(r.FREE, 'resource'))})",
+                    table=True,
+                ),
+            ],
+            rename={
+                "resource": "Resource",
+                "Value #A": "Allocatable",
+                "Value #B": "Allocated",
+                "Value #C": "Free",
+            },
+            sort_by="Free",
+            descending=True,
+        ),
+        bargauge(
+            "MIG instances by profile",
+            "MIG instances that exist on the nodes, by profile, from NVML.",
+            "none",
+            [
+                target(
+                    f"sum by (profile) ({q.recorded(r.cluster_total(r.MIG, 'profile'))})",
+                    "{{profile}}",
+                    instant=True,
+                )
+            ],
+            width=12,
+        ),
+        row("Per node"),
+        table(
+            "GPU capacity per node",
+            "Physical GPUs, GPUs answering NVML, GPUs offered to pods, and devices allocatable, "
+            "allocated and free per node.",
+            "none",
+            [
+                target(per_node(r.PHYSICAL), table=True),
+                target(per_node(r.ANSWERING), table=True),
+                target(per_node(r.OFFERED), table=True),
+                target(per_node(r.ALLOCATABLE), table=True),
+                target(per_node(r.ALLOCATED), table=True),
+                target(per_node(r.FREE), table=True),
+            ],
+            rename={
+                q.node: "Node",
+                "Value #A": "Physical",
+                "Value #B": "Answering",
+                "Value #C": "Offered",
+                "Value #D": "Allocatable",
+                "Value #E": "Allocated",
+                "Value #F": "Free",
+            },
+            sort_by="Free",
+            descending=True,
+            width=24,
+        ),
+        timeseries(
+            "Unhealthy or missing GPUs per node",
+            "Physical GPUs minus GPUs offered to pods, per node. Above zero: a GPU lost, "
+            "hung, or marked unhealthy by the device plugin.",
+            "none",
+            [
+                target(
+                    f"{per_node(r.PHYSICAL)} - on ({q.node}) {per_node(r.OFFERED)}",
+                    "{{" + q.node + "}}",
+                )
+            ],
+        ),
+        timeseries(
+            "Allocated devices per node",
+            "Devices held by pods on each node, all GPU resources together.",
+            "none",
+            [target(per_node(r.ALLOCATED), "{{" + q.node + "}}")],
+            stack=True,
+        ),
+        row("Fragmentation"),
+        bargauge(
+            "Pods that still fit",
+            "How many pods of each size (whole GPUs per pod) the free GPUs can still take, "
+            "each pod on one node, cordoned nodes excluded. Few large pods fitting despite many "
+            "free GPUs means the free GPUs are scattered: bin packing (e.g. the scheduler's "
+            "MostAllocated strategy) is not working.",
+            "none",
+            [
+                target(
+                    f"sum by (gpus_per_pod) ({q.recorded(r.SCHEDULABLE_PODS)})",
+                    "{{gpus_per_pod}}-GPU pods",
+                    instant=True,
+                )
+            ],
+        ),
+        stat(
+            "Largest free block",
+            "The most whole GPUs free on any one schedulable node: the biggest pod that can "
+            "start now.",
+            "none",
+            [target(f"max({q.recorded(r.LARGEST_FREE_BLOCK)})")],
+            steps=((None, "orange"), (1, "green")),
+            width=8,
+            height=6,
+        ),
+        bargauge(
+            "Nodes by free whole GPUs",
+            "How many nodes have 0, 1, 2, ... whole GPUs free. Many nodes with a few free GPUs "
+            "each is fragmentation.",
+            "none",
+            [
+                target(
+                    f'count_values("free_gpus", {q.recorded(r.FREE, whole, node_filter)})',
+                    "{{free_gpus}} free",
+                    instant=True,
+                )
+            ],
+        ),
+        row("Allocation and use"),
+        timeseries(
+            "Allocated devices per namespace",
+            "Distinct devices held by the pods of each namespace.",
+            "none",
+            [
+                target(
+                    f"sum by ({q.namespace}) ({q.recorded(r.NS_ALLOCATED, ns_filter)})",
+                    "{{" + q.namespace + "}}",
+                )
+            ],
+            stack=True,
+        ),
+        timeseries(
+            "Utilization per namespace",
+            "Average utilization of the whole GPUs each namespace holds. Compare with the "
+            "allocation beside it to find namespaces holding GPUs they do not use.",
+            "percent",
+            [
+                target(
+                    q.recorded(r.NS_UTIL, ns_filter),
+                    "{{" + q.namespace + "}}",
+                )
+            ],
+            max_value=100,
+        ),
+        table(
+            "Allocation and use per workload",
+            "Devices held and average utilization per owning workload (Deployment, "
+            "StatefulSet, Job, ...). Owners need the exporter's Kubernetes enrichment "
+            "(--kubernetes); without it all pods of a namespace share one row.",
+            "none",
+            [
+                target(
+                    f"sum by ({q.namespace}, owner_kind, owner_name) "
+                    f"({q.recorded(r.WORKLOAD_ALLOCATED, ns_filter)})",
+                    table=True,
+                ),
+                target(
+                    f"avg by ({q.namespace}, owner_kind, owner_name) "
+                    f"({q.recorded(r.WORKLOAD_UTIL, ns_filter)})",
+                    table=True,
+                ),
+            ],
+            rename={
+                q.namespace: "Namespace",
+                "owner_kind": "Kind",
+                "owner_name": "Workload",
+                "Value #A": "Devices",
+                "Value #B": "Utilization %",
+            },
+            sort_by="Devices",
+            descending=True,
+        ),
+        table(
+            "Allocated GPUs by utilization, idlest first",
+            "Every allocated whole GPU with its average and peak utilization over the "
+            "dashboard's time range, lowest first: the top rows are GPUs paid for and unused.",
+            "percent",
+            [
+                target(
+                    f"sort(avg by ({device_labels}) (avg_over_time({idle_util}[$__range])))",
+                    table=True,
+                ),
+                target(
+                    f"max by ({device_labels}) (max_over_time({idle_util}[$__range]))",
+                    table=True,
+                ),
+            ],
+            rename={
+                q.namespace: "Namespace",
+                q.pod: "Pod",
+                q.host: "Node",
+                "gpu": "GPU",
+                "Value #A": "Average %",
+                "Value #B": "Peak %",
+            },
+            sort_by="Average %",
+        ),
+        table(
+            "GPU-hours by namespace",
+            "Device-hours held (and device-hours held while idle) per namespace and resource "
+            "over the dashboard's time range, for chargeback. MIG instances are counted per "
+            "instance under their own resource.",
+            "h",
+            [
+                target(
+                    f"sum by ({q.namespace}, resource) (avg_over_time("
+                    f"{q.recorded(r.NS_ALLOCATED, ns_filter)}[$__range])) * {gpu_hours}",
+                    table=True,
+                ),
+            ],
+            rename={q.namespace: "Namespace", "resource": "Resource", "Value": "Device-hours"},
+            sort_by="Device-hours",
+            descending=True,
+        ),
+        timeseries(
+            "Idle allocated GPUs per namespace",
+            f"Allocated whole GPUs below {th.idle_utilization_percent:g}% utilization for "
+            f"{th.idle_window}, per namespace.",
+            "none",
+            [
+                target(
+                    f"sum by ({q.namespace}) ({q.recorded(r.NS_IDLE, ns_filter)})",
+                    "{{" + q.namespace + "}}",
+                )
+            ],
+            stack=True,
+        ),
+        row("Pending GPU pods (kube-state-metrics)"),
+        stat(
+            "GPUs requested by pending pods",
+            "GPU devices requested by pods still Pending, from kube-state-metrics: demand the "
+            "cluster cannot meet right now. Empty without kube-state-metrics.",
+            "none",
+            [target(f"sum({q.recorded(r.PENDING)}) or vector(0)")],
+            steps=((None, "green"), (1, "orange")),
+            width=6,
+            height=8,
+        ),
+        table(
+            "Pending GPU requests per namespace",
+            "GPU devices requested by Pending pods per namespace and resource (kube-state-metrics "
+            "resource names).",
+            "none",
+            [
+                target(
+                    f"sum by (namespace, resource) ({q.recorded(r.PENDING)})",
+                    table=True,
+                )
+            ],
+            rename={"namespace": "Namespace", "resource": "Resource", "Value": "Requested"},
+            sort_by="Requested",
+            descending=True,
+            width=18,
+        ),
+        row("Trends"),
+        timeseries(
+            "Capacity over time",
+            "Physical GPUs, GPUs offered to pods, and whole GPUs allocated and free.",
+            "none",
+            [
+                target(total(r.cluster_total(r.PHYSICAL)), "physical"),
+                target(total(r.cluster_total(r.OFFERED)), "offered to pods"),
+                target(total(r.cluster_total(r.ALLOCATED, "resource"), whole), "allocated"),
+                target(total(r.cluster_total(r.FREE, "resource"), whole), "free"),
+            ],
+        ),
+        timeseries(
+            "Allocation and utilization over time",
+            "Share of allocatable devices held by pods, against average GPU utilization "
+            "across the cluster.",
+            "percentunit",
+            [
+                target(
+                    f"{total(r.cluster_total(r.ALLOCATED, 'resource'))} / "
+                    f"{total(r.cluster_total(r.ALLOCATABLE, 'resource'))}",
+                    "allocated",
+                ),
+                target(f"avg({q.recorded(r.NODE_UTIL)}) / 100", "utilized"),
+            ],
+            max_value=1,
+        ),
+    ]
+
+
+def variable_list(config: BundleConfig) -> list:
+    return [
+        variables.datasource(config),
+        variables.cluster(config),
+        variables.node(config),
+        variables.namespace(config),
+    ]

@@ -1,0 +1,345 @@
+"""GPU Devices: one node's GPUs and MIG instances in detail, with the pod using each.
+
+Units follow dcgm-exporter's (MiB, MHz, mJ, KB/s); queries scale them to bytes, hertz and watts
+so Grafana's units format them."""
+
+from __future__ import annotations
+
+from bundle.config import BundleConfig
+from bundle.promql import Q
+from dashboards import variables
+from dashboards.panels import (
+    Cell,
+    gauge,
+    row,
+    state_timeline,
+    table,
+    target,
+    timeseries,
+)
+
+TITLE = "Devices"
+FILE = "gpu-devices"
+MIB = 1048576
+DEVICE_LEGEND = "GPU {{gpu}}{{GPU_I_PROFILE}} {{GPU_I_ID}}"
+
+
+def cells(config: BundleConfig) -> list[Cell]:
+    q = Q(config, dashboard=True)
+    d = q.device
+    rate = q.rate_interval
+    fb_total = (
+        f"({d('DCGM_FI_DEV_FB_USED')} + {d('DCGM_FI_DEV_FB_FREE')} + "
+        f"{d('DCGM_FI_DEV_FB_RESERVED')})"
+    )
+    th = config.thresholds
+
+    def this_exporter(metric: str) -> str:
+        """The exporter's own series carry no node label; build_info names the node."""
+        return (
+            f"{q.exporter(metric)} and {q.on('instance')} "
+            f"{q.on_nodes('kube_gpu_exporter_build_info')}"
+        )
+
+    temperature_steps = (
+        (None, "green"),
+        (th.temperature_warning_celsius, "orange"),
+        (th.temperature_critical_celsius, "red"),
+    )
+    return [
+        row("Inventory"),
+        table(
+            "GPUs",
+            "Each GPU on the node: model, driver, MIG mode and whether NVML answers.",
+            "none",
+            [
+                target(d("kube_gpu_exporter_device_info"), table=True),
+                target(d("kube_gpu_exporter_device_up"), table=True),
+            ],
+            hide=("job", "instance", "Value #A", "pci_bus_id", q.host, q.cluster, "node"),
+            rename={
+                "gpu": "GPU",
+                "model_name": "Model",
+                "driver_version": "Driver",
+                "mig_mode": "MIG",
+                "device": "Device",
+                "Value #B": "Answering",
+            },
+            sort_by="GPU",
+        ),
+        table(
+            "Pods using each device",
+            "Which container holds each GPU or MIG instance, from the kubelet pod-resources "
+            "API. A time-sliced GPU lists every pod sharing it.",
+            "none",
+            [target(d("kube_gpu_exporter_pod_device_allocation"), table=True)],
+            hide=("job", "instance", "Value", "device_id", q.host, q.cluster, "node", "UUID"),
+            rename={
+                "gpu": "GPU",
+                "GPU_I_PROFILE": "MIG profile",
+                "GPU_I_ID": "Instance",
+                q.namespace: "Namespace",
+                q.pod: "Pod",
+                "container": "Container",
+                "resource": "Resource",
+            },
+            sort_by="GPU",
+        ),
+        gauge(
+            "Utilization now",
+            "Current GPU utilization per whole GPU. MIG instances have none in NVML.",
+            "percent",
+            [target(d("DCGM_FI_DEV_GPU_UTIL"), "GPU {{gpu}}")],
+            max_value=100,
+            steps=((None, "blue"), (50, "green")),
+            width=12,
+        ),
+        gauge(
+            "Temperature now",
+            "Current GPU temperature, with the alert thresholds as colours.",
+            "celsius",
+            [target(f"max by (gpu) ({d('DCGM_FI_DEV_GPU_TEMP')})", "GPU {{gpu}}")],
+            max_value=100,
+            steps=temperature_steps,
+            width=12,
+        ),
+        row("Utilization and memory"),
+        timeseries(
+            "GPU utilization",
+            "Share of time one or more kernels ran, per whole GPU (NVML utilization.gpu).",
+            "percent",
+            [target(d("DCGM_FI_DEV_GPU_UTIL"), "GPU {{gpu}} {{" + q.pod + "}}")],
+            max_value=100,
+        ),
+        timeseries(
+            "Memory bandwidth utilization",
+            "Share of time device memory was read or written (NVML utilization.memory).",
+            "percent",
+            [target(d("DCGM_FI_DEV_MEM_COPY_UTIL"), "GPU {{gpu}}")],
+            max_value=100,
+        ),
+        timeseries(
+            "Framebuffer memory",
+            "Memory used against total (used + free + reserved), per GPU or MIG instance.",
+            "bytes",
+            [
+                target(f"{d('DCGM_FI_DEV_FB_USED')} * {MIB}", "used " + DEVICE_LEGEND),
+                target(f"{fb_total} * {MIB}", "total " + DEVICE_LEGEND),
+            ],
+        ),
+        timeseries(
+            "Encoder and decoder utilization",
+            "Video encoder (NVENC) and decoder (NVDEC) utilization.",
+            "percent",
+            [
+                target(d("DCGM_FI_DEV_ENC_UTIL"), "encoder GPU {{gpu}}"),
+                target(d("DCGM_FI_DEV_DEC_UTIL"), "decoder GPU {{gpu}}"),
+            ],
+            max_value=100,
+        ),
+        row("Temperature, power and clocks"),
+        timeseries(
+            "Temperature",
+            "GPU core and HBM memory temperature.",
+            "celsius",
+            [
+                target(f"max by (gpu) ({d('DCGM_FI_DEV_GPU_TEMP')})", "core GPU {{gpu}}"),
+                target(f"max by (gpu) ({d('DCGM_FI_DEV_MEMORY_TEMP')})", "memory GPU {{gpu}}"),
+            ],
+        ),
+        timeseries(
+            "Power against limit",
+            "Power draw, and the limit the GPU enforces; a draw pinned at the limit means "
+            "power-capped clocks.",
+            "watt",
+            [
+                target(f"max by (gpu) ({d('DCGM_FI_DEV_POWER_USAGE')})", "draw GPU {{gpu}}"),
+                target(
+                    f"max by (gpu) ({d('DCGM_FI_DEV_ENFORCED_POWER_LIMIT')})",
+                    "limit GPU {{gpu}}",
+                ),
+            ],
+        ),
+        timeseries(
+            "Energy-based average power",
+            "Average power over each interval from the energy counter (mJ), which unlike the "
+            "instantaneous draw misses no spikes.",
+            "watt",
+            [
+                target(
+                    f"max by (gpu) (rate({d('DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION')}[{rate}])) "
+                    "/ 1000",
+                    "GPU {{gpu}}",
+                )
+            ],
+        ),
+        timeseries(
+            "Clocks",
+            "SM and memory clocks.",
+            "hertz",
+            [
+                target(f"max by (gpu) ({d('DCGM_FI_DEV_SM_CLOCK')}) * 1e6", "SM GPU {{gpu}}"),
+                target(f"max by (gpu) ({d('DCGM_FI_DEV_MEM_CLOCK')}) * 1e6", "memory GPU {{gpu}}"),
+            ],
+        ),
+        row("Throttling"),
+        state_timeline(
+            "Clock event (throttle) reasons",
+            "Each NVML clock event reason per GPU over time. hw_thermal, sw_thermal and "
+            "hw_power_brake cut performance; gpu_idle and sync_boost are benign.",
+            [
+                target(
+                    d("kube_gpu_exporter_clock_event_active"),
+                    "GPU {{gpu}} {{clock_event}}",
+                )
+            ],
+            states={0: ("inactive", "transparent"), 1: ("active", "red")},
+        ),
+        row("Errors"),
+        table(
+            "Last XID per device",
+            "The most recent XID error of each GPU or MIG instance (0: none since the exporter "
+            "started), with NVIDIA's description.",
+            "none",
+            [target(d("DCGM_FI_DEV_XID_ERRORS"), table=True)],
+            hide=(
+                "job",
+                "instance",
+                "Value",
+                "pci_bus_id",
+                "device",
+                "modelName",
+                "container",
+                q.host,
+                q.cluster,
+                "node",
+            ),
+            rename={"gpu": "GPU", "err_code": "XID", "err_msg": "Meaning", q.pod: "Pod"},
+            sort_by="XID",
+            descending=True,
+        ),
+        timeseries(
+            "XID events",
+            "XID errors per code in each interval, from the XID counter.",
+            "none",
+            [
+                target(
+                    f"sum by (gpu, xid) (increase({d('DCGM_EXP_XID_ERRORS_TOTAL')}[{rate}]))",
+                    "GPU {{gpu}} XID {{xid}}",
+                )
+            ],
+        ),
+        timeseries(
+            "ECC errors",
+            "Volatile ECC error counts since the driver loaded: single-bit (corrected) and "
+            "double-bit (uncorrectable).",
+            "none",
+            [
+                target(
+                    f"max by (gpu) ({d('DCGM_FI_DEV_ECC_SBE_VOL_TOTAL')})",
+                    "single-bit GPU {{gpu}}",
+                ),
+                target(
+                    f"max by (gpu) ({d('DCGM_FI_DEV_ECC_DBE_VOL_TOTAL')})",
+                    "double-bit GPU {{gpu}}",
+                ),
+            ],
+        ),
+        timeseries(
+            "Row remapping",
+            "Rows remapped for correctable and uncorrectable errors, and remaps pending a reset "
+            "or failed.",
+            "none",
+            [
+                target(
+                    f"max by (gpu) ({d('DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS')})",
+                    "correctable GPU {{gpu}}",
+                ),
+                target(
+                    f"max by (gpu) ({d('DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS')})",
+                    "uncorrectable GPU {{gpu}}",
+                ),
+                target(
+                    f"max by (gpu) ({d('DCGM_FI_DEV_ROW_REMAP_PENDING')})",
+                    "pending GPU {{gpu}}",
+                ),
+                target(
+                    f"max by (gpu) ({d('DCGM_FI_DEV_ROW_REMAP_FAILURE')})",
+                    "failed GPU {{gpu}}",
+                ),
+            ],
+        ),
+        row("Interconnect"),
+        timeseries(
+            "PCIe throughput",
+            "PCIe transmit and receive throughput, sampled by NVML over 20 ms windows.",
+            "Bps",
+            [
+                target(
+                    f"max by (gpu) ({d('DCGM_FI_DEV_PCIE_TX_THROUGHPUT')}) * 1024",
+                    "TX GPU {{gpu}}",
+                ),
+                target(
+                    f"max by (gpu) ({d('DCGM_FI_DEV_PCIE_RX_THROUGHPUT')}) * 1024",
+                    "RX GPU {{gpu}}",
+                ),
+            ],
+        ),
+        timeseries(
+            "PCIe replays",
+            "PCIe link-level retries per second; a steady rate points at a bad riser or slot.",
+            "ops",
+            [
+                target(
+                    f"max by (gpu) (rate({d('DCGM_FI_DEV_PCIE_REPLAY_COUNTER')}[{rate}]))",
+                    "GPU {{gpu}}",
+                )
+            ],
+        ),
+        timeseries(
+            "NVLink throughput",
+            "Data over all NVLink links of each GPU, both directions.",
+            "Bps",
+            [
+                target(
+                    f"max by (gpu) (rate({d('DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL')}[{rate}])) "
+                    "* 1024",
+                    "GPU {{gpu}}",
+                )
+            ],
+            width=24,
+        ),
+        row("Exporter"),
+        table(
+            "Collectors",
+            "Whether each collector of the exporter on this node succeeded, and how long it "
+            "took (node_exporter style).",
+            "s",
+            [
+                target(this_exporter("kube_gpu_exporter_collector_success"), table=True),
+                target(this_exporter("kube_gpu_exporter_collector_duration_seconds"), table=True),
+            ],
+            hide=("job", "instance", q.cluster),
+            rename={"collector": "Collector", "Value #A": "Succeeded", "Value #B": "Duration"},
+        ),
+        timeseries(
+            "Sweep duration",
+            "Duration of each NVML sweep over all GPUs of the node.",
+            "s",
+            [
+                target(
+                    this_exporter("kube_gpu_exporter_collection_duration_seconds"),
+                    "{{instance}}",
+                )
+            ],
+        ),
+    ]
+
+
+def variable_list(config: BundleConfig) -> list:
+    return [
+        variables.datasource(config),
+        variables.cluster(config),
+        variables.node(config, multi=False),
+        variables.gpu(config),
+    ]

@@ -1,0 +1,256 @@
+"""Panel builders. Every panel of the bundle is made here, so a change of Grafana schema or of
+dashboard library touches this module only.
+
+grafanalib (0.7.1) builds TimeSeries, Stat, Table and rows. Its Gauge and BarGauge emit layouts
+Grafana no longer reads (grafanalib #575) and it has no state timeline, so those three are plain
+dicts in the current `fieldConfig`/`options` shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from grafanalib import core as g
+
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """A panel with its size; the layout pass assigns positions."""
+
+    panel: Any
+    width: int = 12
+    height: int = 8
+
+
+def target(expr: str, legend: str = "", *, instant: bool = False, table: bool = False) -> g.Target:
+    return g.Target(
+        expr=expr,
+        legendFormat=legend,
+        instant=instant or table,
+        format="table" if table else "time_series",
+        datasource=DATASOURCE,
+    )
+
+
+def _thresholds(steps: tuple[tuple[float | None, str], ...]) -> list[g.Threshold]:
+    return [
+        g.Threshold(color, index, float(value) if value is not None else 0.0)
+        for index, (value, color) in enumerate(steps)
+    ]
+
+
+GOOD = ((None, "green"),)
+
+
+def timeseries(
+    title: str,
+    description: str,
+    unit: str,
+    targets: list[g.Target],
+    *,
+    stack: bool = False,
+    max_value: float | None = None,
+    width: int = 12,
+    height: int = 8,
+) -> Cell:
+    panel = g.TimeSeries(
+        title=title,
+        description=description,
+        dataSource=DATASOURCE,
+        targets=targets,
+        unit=unit,
+        fillOpacity=30 if stack else 10,
+        stacking={"mode": "normal", "group": "A"} if stack else {"mode": "none", "group": "A"},
+        legendDisplayMode="table",
+        legendPlacement="right" if width >= 12 else "bottom",
+        legendCalcs=["lastNotNull", "max"],
+        tooltipMode="multi",
+        tooltipSort="desc",
+        valueMin=0,
+        # TimeSeries validates valueMax as int; a 0-1 ratio's max goes through extraJson.
+        extraJson=(
+            {"fieldConfig": {"defaults": {"max": max_value}}} if max_value is not None else None
+        ),
+    )
+    return Cell(panel, width, height)
+
+
+def stat(
+    title: str,
+    description: str,
+    unit: str,
+    targets: list[g.Target],
+    *,
+    steps: tuple[tuple[float | None, str], ...] = GOOD,
+    width: int = 4,
+    height: int = 4,
+) -> Cell:
+    panel = g.Stat(
+        title=title,
+        description=description,
+        dataSource=DATASOURCE,
+        targets=targets,
+        format=unit,
+        reduceCalc="lastNotNull",
+        graphMode="area",
+        colorMode="value",
+        thresholds=_thresholds(steps),
+    )
+    return Cell(panel, width, height)
+
+
+def table(
+    title: str,
+    description: str,
+    unit: str,
+    targets: list[g.Target],
+    *,
+    hide: tuple[str, ...] = (),
+    rename: dict[str, str] | None = None,
+    sort_by: str | None = None,
+    descending: bool = False,
+    width: int = 12,
+    height: int = 8,
+) -> Cell:
+    """An instant-query table; several targets are merged into one row per label set."""
+    rename = rename or {}
+    transformations: list[dict[str, Any]] = [{"id": "merge", "options": {}}]
+    transformations.append(
+        {
+            "id": "organize",
+            "options": {
+                "excludeByName": {"Time": True, "__name__": True, **dict.fromkeys(hide, True)},
+                "renameByName": rename,
+            },
+        }
+    )
+    panel = g.Table(
+        title=title,
+        description=description,
+        dataSource=DATASOURCE,
+        targets=targets,
+        unit=unit,
+        filterable=True,
+        transformations=transformations,
+        sortBy=[g.TableSortByField(displayName=sort_by, desc=descending)] if sort_by else [],
+    )
+    return Cell(panel, width, height)
+
+
+def _base(kind: str, title: str, description: str, targets: list[g.Target]) -> dict[str, Any]:
+    return {
+        "type": kind,
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "targets": targets,
+    }
+
+
+def gauge(
+    title: str,
+    description: str,
+    unit: str,
+    targets: list[g.Target],
+    *,
+    max_value: float,
+    steps: tuple[tuple[float | None, str], ...],
+    width: int = 12,
+    height: int = 6,
+) -> Cell:
+    panel = _base("gauge", title, description, targets) | {
+        "fieldConfig": {
+            "defaults": {
+                "unit": unit,
+                "min": 0,
+                "max": max_value,
+                "thresholds": {
+                    "mode": "absolute",
+                    "steps": [{"color": c, "value": v} for v, c in steps],
+                },
+            },
+            "overrides": [],
+        },
+        "options": {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "showThresholdLabels": False,
+            "showThresholdMarkers": True,
+            "orientation": "auto",
+        },
+    }
+    return Cell(panel, width, height)
+
+
+def bargauge(
+    title: str,
+    description: str,
+    unit: str,
+    targets: list[g.Target],
+    *,
+    width: int = 8,
+    height: int = 6,
+) -> Cell:
+    panel = _base("bargauge", title, description, targets) | {
+        "fieldConfig": {
+            "defaults": {
+                "unit": unit,
+                "min": 0,
+                "color": {"mode": "continuous-BlPu"},
+                "thresholds": {"mode": "absolute", "steps": [{"color": "blue", "value": None}]},
+            },
+            "overrides": [],
+        },
+        "options": {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "orientation": "horizontal",
+            "displayMode": "gradient",
+            "showUnfilled": True,
+        },
+    }
+    return Cell(panel, width, height)
+
+
+def state_timeline(
+    title: str,
+    description: str,
+    targets: list[g.Target],
+    *,
+    states: dict[int, tuple[str, str]],
+    width: int = 24,
+    height: int = 10,
+) -> Cell:
+    """Discrete states over time; `states` maps a value to (text, colour)."""
+    panel = _base("state-timeline", title, description, targets) | {
+        "fieldConfig": {
+            "defaults": {
+                "unit": "none",
+                "mappings": [
+                    {
+                        "type": "value",
+                        "options": {
+                            str(value): {"text": text, "color": color, "index": index}
+                            for index, (value, (text, color)) in enumerate(sorted(states.items()))
+                        },
+                    }
+                ],
+                "color": {"mode": "thresholds"},
+                "thresholds": {"mode": "absolute", "steps": [{"color": "green", "value": None}]},
+            },
+            "overrides": [],
+        },
+        "options": {
+            "showValue": "never",
+            "mergeValues": True,
+            "rowHeight": 0.8,
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+            "tooltip": {"mode": "single", "sort": "none"},
+        },
+    }
+    return Cell(panel, width, height)
+
+
+def row(title: str) -> Cell:
+    return Cell(g.RowPanel(title=title), 24, 1)
