@@ -24,7 +24,7 @@ LARGEST_FREE_BLOCK = "cluster:kube_gpu_exporter_node_free_devices:max"
 NODE_UTIL = "node:DCGM_FI_DEV_GPU_UTIL:avg"
 NS_ALLOCATED = "namespace_resource:kube_gpu_exporter_allocated_devices:count"
 NS_UTIL = "namespace:DCGM_FI_DEV_GPU_UTIL:avg"
-NS_IDLE = "namespace:kube_gpu_exporter_allocated_idle_gpus:count"
+NS_IDLE = "namespace:kube_gpu_exporter_allocated_idle_gpus:sum"
 WORKLOAD_ALLOCATED = "namespace_workload:kube_gpu_exporter_allocated_devices:count"
 WORKLOAD_UTIL = "namespace_workload:DCGM_FI_DEV_GPU_UTIL:avg"
 PENDING = "namespace_resource:kube_pod_container_resource_requests_gpu_pending:sum"
@@ -130,10 +130,12 @@ def usage_group(config: BundleConfig) -> Group:
                 f"({allocation}))",
             ),
             Record(NS_UTIL, f"avg {q.by(ns)} ({busy})"),
+            # `< bool` keeps a 0 for namespaces with no idle GPU, so panels show a flat line.
             Record(
                 NS_IDLE,
-                f"count {q.by(ns)} (max {q.by(host, 'UUID', ns, pod)} "
-                f"(max_over_time({busy}[{th.idle_window}])) < {th.idle_utilization_percent:g})",
+                f"sum {q.by(ns)} (max {q.by(host, 'UUID', ns, pod)} "
+                f"(max_over_time({busy}[{th.idle_window}])) < bool "
+                f"{th.idle_utilization_percent:g})",
             ),
             # Owners come from the exporter's Kubernetes enrichment (--kubernetes).
             Record(

@@ -67,8 +67,9 @@ class Thresholds:
     gpu_missing_for: str = "10m"
     gpu_unallocatable_for: str = "15m"
     node_unallocatable_for: str = "15m"
-    # XID codes that mean a GPU reset, drain or RMA (NVIDIA XID catalogue, utkuozdemir tiers).
-    xid_critical_codes: tuple[int, ...] = (48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120)
+    # XID codes that mean a GPU reset, drain or RMA. Left out: 63 (a row remap recorded), 92 (high
+    # single-bit rate) and 94 (contained ECC error): the app fails but the GPU keeps working.
+    xid_critical_codes: tuple[int, ...] = (48, 62, 64, 74, 79, 95, 119, 120)
     # How long a critical XID keeps its alert active after the last occurrence.
     xid_window: str = "15m"
     # Latched hardware states persist until a reset, so a short `for` only rides out a glitch.
