@@ -27,6 +27,7 @@ def cells(config: BundleConfig) -> list[Cell]:
     node_filter = f'{q.node}=~"$node"'
     ns_filter = f'{q.namespace}=~"$namespace"'
     whole = f'resource="{config.resources.whole_gpu}"'
+    mig = f'resource=~"{config.resources.mig_regex}"'
     th = config.thresholds
 
     def total(record: str, *extra: str) -> str:
@@ -151,6 +152,28 @@ def cells(config: BundleConfig) -> list[Cell]:
                 "Value #D": "Allocatable",
                 "Value #E": "Allocated",
                 "Value #F": "Free",
+            },
+            sort_by="Free",
+            descending=True,
+            width=24,
+        ),
+        table(
+            "MIG slices per node",
+            "MIG devices the kubelet offers, holds and has free per node and MIG resource "
+            "(profile).",
+            "none",
+            [
+                target(
+                    f"sum by ({q.node}, resource) ({q.recorded(rec, node_filter, mig)})", table=True
+                )
+                for rec in (r.ALLOCATABLE, r.ALLOCATED, r.FREE)
+            ],
+            rename={
+                q.node: "Node",
+                "resource": "Resource",
+                "Value #A": "Allocatable",
+                "Value #B": "Allocated",
+                "Value #C": "Free",
             },
             sort_by="Free",
             descending=True,

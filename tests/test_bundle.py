@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -454,3 +455,29 @@ def test_kubernetes_scrape_config_is_valid_with_static_discovery(tmp_path):
         [promtool(), "check", "config", str(path)], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_make_bundle_check_reports_drift(tmp_path):
+    ok = subprocess.run(
+        [sys.executable, "-m", "bundle.render", "--check"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert bundle_render.drifted(root=tmp_path)  # an empty checkout lacks every file
+    assert "scrape-configs/static.yaml" in bundle_render.drifted(root=tmp_path)
+
+
+def test_multi_cluster_flavour_names_the_cluster(tmp_path):
+    config = replace(DEFAULT, show_multi_cluster=True)
+    files = bundle_render.artifacts(config)
+    alerts = yaml.safe_load(files["alerts/prometheus_alerts.yaml"])
+    descriptions = [r["annotations"]["description"] for g in alerts["groups"] for r in g["rules"]]
+    assert all("{{ $labels.cluster }}" in d for d in descriptions[1:])  # all but absent()
+    capacity = json.loads(files["dashboards/provisioned/gpu-cluster-capacity.json"])
+    cluster = next(t for t in capacity["templating"]["list"] if t["name"] == "cluster")
+    assert cluster["hide"] == 0
+    path = tmp_path / "alerts.yaml"
+    path.write_text(files["alerts/prometheus_alerts.yaml"])
+    result = subprocess.run(
+        [promtool(), "check", "rules", str(path)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout
