@@ -21,6 +21,11 @@ def group(config: BundleConfig) -> Group:
     gpu, pods = t.gpu(config), t.holders(config)
     key = q.on(*q.gpu_key)
     xid = q.exporter("DCGM_EXP_XID_ERRORS_TOTAL", f'xid=~"{regex_of(th.xid_critical_codes)}"')
+    # A counter series is "new" (its first XID) only if no series of the same exporter, device and
+    # code existed a window ago. The pod labels are left out of that match: when the pod holding a
+    # GPU ends or changes, the counter's series is relabelled, not restarted, and must not fire
+    # again. `instance` stays in it, because a restarted exporter counts from zero.
+    xid_series = q.on("instance", *q.gpu_key, "GPU_I_ID", "xid")
     fb = {part: q.exporter(f"DCGM_FI_DEV_FB_{part}") for part in ("USED", "FREE", "RESERVED")}
     instance_key = (*q.gpu_key, "GPU_I_ID", "GPU_I_PROFILE")
     utilization = q.exporter("DCGM_FI_DEV_GPU_UTIL", f'{q.pod}!=""')
@@ -65,8 +70,8 @@ def group(config: BundleConfig) -> Group:
                 "GPUXidCritical",
                 _per_gpu(
                     q,
-                    f"increase({xid}[{th.xid_window}]) > 0 or ({xid} unless {xid} offset "
-                    f"{th.xid_window})",
+                    f"increase({xid}[{th.xid_window}]) > 0 or ({xid} unless {xid_series} {xid} "
+                    f"offset {th.xid_window})",
                     "xid",
                 ),
                 th.latched_for,

@@ -142,10 +142,12 @@ def usage_group(config: BundleConfig) -> Group:
                 WORKLOAD_ALLOCATED,
                 f"count {q.by(ns, *owner)} (max {q.by(*device, ns, *owner)} ({allocation}))",
             ),
+            # `group`, not `max`: an allocation's value is the container's replica count, and
+            # the join must only copy the owner labels, never scale the utilization.
             Record(
                 WORKLOAD_UTIL,
                 f"avg {q.by(ns, *owner)} ({busy} * {q.on(host, 'UUID', ns, pod)} "
-                f"group_left ({', '.join(owner)}) max {q.by(host, 'UUID', ns, pod, *owner)} "
+                f"group_left ({', '.join(owner)}) group {q.by(host, 'UUID', ns, pod, *owner)} "
                 f"({allocation}))",
             ),
             # Requests of Pending pods; max by dedupes two kube-state-metrics replicas.

@@ -49,8 +49,11 @@ def holders(config: BundleConfig, instance: bool = False) -> str:
         f"count by ({labels.namespace}, {labels.pod}) "
         f"(kube_gpu_exporter_pod_device_allocation{{{', '.join(matchers)}}})"
     )
+    # A query result comes back in no fixed order; sort it (stable sorts, namespace major) so the
+    # description does not change from one evaluation to the next.
+    ordered = f'| sortByLabel "{labels.pod}" | sortByLabel "{labels.namespace}"'
     return (
-        "{{ with query (printf `" + query + "` " + " ".join(args) + ") }}, used by"
+        "{{ with query (printf `" + query + "` " + " ".join(args) + ") " + ordered + " }}, used by"
         "{{ range . }} {{ .Labels." + labels.namespace + " }}/{{ .Labels." + labels.pod + " }}"
         "{{ end }}{{ else }}, not allocated to any pod{{ end }}"
     )
