@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 ARGS ?=
 
-.PHONY: run test lint bench bundle protos system-deps clean
+.PHONY: run demo test lint bench bundle protos system-deps clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,14 +18,20 @@ $(VENV)/.installed: pyproject.toml
 run: $(VENV)/.installed
 	$(VENV)/bin/kube-gpu-exporter --simulate $(ARGS)
 
-## system-deps: Debian packages the tests and benchmarks use (promtool, wrk)
+## demo: the exporter on its simulated node with a real Prometheus and Alertmanager, until Ctrl-C
+demo: $(VENV)/.installed system-deps
+	$(PY) -m bundle.localstack $(ARGS)
+
+## system-deps: Debian packages the tests, benchmarks and demo use (Prometheus, Alertmanager, wrk)
 system-deps:
-	@if ! command -v promtool >/dev/null || ! command -v wrk >/dev/null; then \
+	@if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null \
+			|| ! command -v wrk >/dev/null; then \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
-			prometheus wrk >/dev/null; \
+			prometheus prometheus-alertmanager wrk >/dev/null; \
 	fi
 	@promtool --version | head -n 1
+	@prometheus-alertmanager --version 2>&1 | head -n 1
 
 ## lint: ruff check and format check
 lint: $(VENV)/.installed

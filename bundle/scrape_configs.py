@@ -12,6 +12,7 @@ unallocated GPU would look allocated to the exporter.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from bundle.config import BundleConfig
@@ -118,11 +119,13 @@ def pod_monitor(config: BundleConfig) -> dict[str, Any]:
     }
 
 
-def static_config(
-    config: BundleConfig, hosts: tuple[str, ...] = ("gpu-host-1", "gpu-host-2")
-) -> dict[str, Any]:
-    """For GPU hosts outside Kubernetes: one target per host, named by a `node` label."""
+def static_config(config: BundleConfig, targets: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """For GPU hosts outside Kubernetes: one target per host, named by a `node` label.
+
+    `targets` maps node names to `host:port`; the default is two example hosts."""
     s = config.scrape
+    if targets is None:
+        targets = {host: f"{host}:{s.port}" for host in ("gpu-host-1", "gpu-host-2")}
     return {
         "scrape_configs": [
             {
@@ -132,8 +135,8 @@ def static_config(
                 "honor_labels": True,
                 "metrics_path": "/metrics",
                 "static_configs": [
-                    {"targets": [f"{host}:{s.port}"], "labels": {config.labels.node: host}}
-                    for host in hosts
+                    {"targets": [address], "labels": {config.labels.node: node}}
+                    for node, address in targets.items()
                 ],
             }
         ]

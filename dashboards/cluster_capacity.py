@@ -352,7 +352,13 @@ def cells(config: BundleConfig) -> list[Cell]:
             "GPU devices requested by pods still Pending, from kube-state-metrics: demand the "
             "cluster cannot meet right now. Empty without kube-state-metrics.",
             "none",
-            [target(f"sum({q.recorded(r.PENDING)}) or vector(0)")],
+            # Zero only where kube-state-metrics reports pods: without it, "No data", not "0".
+            [
+                target(
+                    f"sum({q.recorded(r.PENDING)}) or "
+                    f"(vector(0) and on () group({q.ksm('kube_pod_status_phase')}))"
+                )
+            ],
             steps=((None, "green"), (1, "orange")),
             width=6,
             height=8,

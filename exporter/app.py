@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 import tempfile
@@ -16,6 +17,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from aiohttp import web
 
 from exporter.config import Config, ConfigurationError
 from exporter.exposition.context import AttributionContext
@@ -30,9 +33,10 @@ log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def simulated_node(config: Config) -> Iterator[tuple[Any, Config]]:
-    """Patch the simulated node into pynvml and start its fake kubelet; yields the simulator and
-    the config pointed at the fake socket. Imported lazily: production never loads it."""
+def simulated_node(config: Config) -> Iterator[tuple[Any, Any, Config]]:
+    """Patch the simulated node into pynvml and start its fake kubelet; yields the simulator, the
+    kubelet and the config pointed at the fake socket. Imported lazily: production never loads
+    it."""
     from exporter.simulator.fake_kubelet import FakeKubelet
     from exporter.simulator.fake_nvml import FakeNvml
     from exporter.simulator.fleet import FleetError, default_fleet, load_fleet
@@ -53,7 +57,7 @@ def simulated_node(config: Config) -> Iterator[tuple[Any, Config]]:
         log.info("fake kubelet pod-resources socket at %s", kubelet.socket_path)
         attribution = replace(config.attribution, socket_path=str(kubelet.socket_path))
         try:
-            yield nvml, replace(config, attribution=attribution)
+            yield nvml, kubelet, replace(config, attribution=attribution)
         finally:
             kubelet.stop()
             nvml.uninstall()
@@ -89,7 +93,11 @@ def _kubernetes_watcher(config: Config):
     )
 
 
-def serve_node(config: Config, on_listening: Callable[[int], None] | None = None) -> None:
+def serve_node(
+    config: Config,
+    on_listening: Callable[[int], None] | None = None,
+    extra_routes: Callable[[web.Application], None] | None = None,
+) -> None:
     """Start the collectors for `config`, serve until SIGTERM, then stop them."""
     pods = None
     if config.attribution.podresources_enabled:
@@ -114,6 +122,8 @@ def serve_node(config: Config, on_listening: Callable[[int], None] | None = None
         helper.start()
     poller.start()
     app = build_app(store, config.web, lambda: poller.alive)
+    if extra_routes:
+        extra_routes(app)
     try:
         _event_loop_runner()(serve(app, config.web.listen_address, on_listening))
     finally:
@@ -127,13 +137,18 @@ def run(
     default_node_name: str,
     on_listening: Callable[[int], None] | None = None,
 ) -> int:
+    extra_routes: Callable[[web.Application], None] | None = None
     with contextlib.ExitStack() as stack:
         if config.simulate:
-            nvml, config = stack.enter_context(simulated_node(config))
+            from exporter.simulator.control import PREFIX, add_control_routes
+
+            nvml, kubelet, config = stack.enter_context(simulated_node(config))
             default_node_name = nvml.fleet.node_name
+            extra_routes = functools.partial(add_control_routes, nvml=nvml, kubelet=kubelet)
+            log.info("simulator fault injection at %s/gpus (see README)", PREFIX)
         elif problem := check_binding():
             raise ConfigurationError(problem)
         if not config.labels.node_name:
             config = replace(config, labels=replace(config.labels, node_name=default_node_name))
-        serve_node(config, on_listening)
+        serve_node(config, on_listening, extra_routes)
     return 0

@@ -171,6 +171,21 @@ class FakeKubelet:
                 devices.setdefault("nvidia.com/gpu", []).append(gpu.uuid)
         return devices
 
+    def pods_using(self, gpu: SimGpu) -> list[str]:
+        """ "namespace/name" of the pods holding the GPU, a replica of it, or one of its MIG
+        instances."""
+        ids = {gpu.uuid, *(f"{gpu.uuid}::{r}" for r in range(SHARED_REPLICAS))}
+        ids.update(self.mig_device_id(gpu, inst) for inst in gpu.live_instances())
+        return sorted(
+            f"{pod.namespace}/{pod.name}"
+            for pod in self.pods
+            if any(
+                ids.intersection(device_ids)
+                for devices in pod.containers.values()
+                for _resource, device_ids in devices
+            )
+        )
+
     # ---- Responses ----
 
     def _pod_message(self, pod: FakePod) -> api_pb2.PodResources:

@@ -28,6 +28,7 @@ import pynvml
 from exporter.simulator.faults import CallFaults
 from exporter.simulator.fleet import FleetSpec
 from exporter.simulator.sim_gpu import MIB, SimGpu, SimMigInstance
+from exporter.simulator.workload import SHAPES
 
 # NVML symbols newer than some drivers: calling them on an older driver is FunctionNotFound.
 MIN_DRIVER_FOR = {
@@ -270,6 +271,25 @@ class FakeNvml:
 
     def set_temperature_offset(self, index: int, celsius: float) -> None:
         self.gpus[index].temperature_offset_c = celsius
+
+    def set_workload(self, index: int, workload: str) -> None:
+        """Switch a GPU's activity (e.g. to "idle": its pod stops using it). Pods stay put."""
+        if workload not in SHAPES:
+            raise ValueError(f"unknown workload {workload!r} (known: {', '.join(SHAPES)})")
+        gpu = self.gpus[index]
+        with gpu.lock:
+            gpu.workload, gpu.shape = workload, SHAPES[workload]
+
+    def reset_gpu(self, index: int) -> None:
+        """`nvidia-smi --gpu-reset`: volatile ECC counts start over, a pending row remap is
+        applied, and a lost GPU answers again. Aggregate counts and remap failures persist."""
+        gpu = self.gpus[index]
+        with gpu.lock:
+            gpu.ecc_sbe_history += gpu.ecc_sbe_volatile
+            gpu.ecc_dbe_history += gpu.ecc_dbe_volatile
+            gpu.ecc_sbe_volatile = gpu.ecc_dbe_volatile = 0
+            gpu.remapped_pending = 0
+            gpu.lost = False
 
     def _emit(self, index: int, event_type: int, data: int, gpu_instance_id: int | None) -> None:
         gi = NO_INSTANCE if gpu_instance_id is None else gpu_instance_id

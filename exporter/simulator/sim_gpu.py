@@ -86,6 +86,7 @@ class SimGpu:
                     key=self.key * 31 + placed.gpu_instance_id,
                 )
             )
+        self.workload = spec.workload
         self.shape: WorkloadShape = SHAPES[spec.workload]
         # Faults and slow-moving state.
         self.lost = False

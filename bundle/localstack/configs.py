@@ -1,0 +1,119 @@
+"""Configuration files of the local stack, all derived from the bundle: Prometheus loads the
+project's static scrape config and its generated rules; Alertmanager routes to one webhook."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bundle.config import BundleConfig
+from bundle.render import artifacts
+from bundle.scrape_configs import static_config
+
+RULE_FILES = ("alerts/prometheus_rules.yaml", "alerts/prometheus_alerts.yaml")
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """How fast the stack moves. Production values by default; tests and the demo's
+    --fast-alerts shorten them."""
+
+    scrape_interval: str = "15s"
+    scrape_timeout: str = "10s"
+    evaluation_interval: str = "15s"
+    collector_interval: str = "5s"
+    group_wait: str = "10s"
+    group_interval: str = "30s"
+    repeat_interval: str = "4h"
+
+
+PRODUCTION = Timing()
+FAST = Timing(
+    scrape_interval="1s",
+    scrape_timeout="1s",
+    evaluation_interval="1s",
+    collector_interval="1s",
+    group_wait="1s",
+    group_interval="1s",
+)
+
+
+def quick_alerts(config: BundleConfig, for_: str = "5s", window: str = "15s") -> BundleConfig:
+    """The same rules with every `for` set to `for_` and every look-back window to `window`, so
+    that an alert fires and resolves within seconds. Never written to the committed files."""
+    thresholds = config.thresholds
+    durations = {f.name: for_ for f in fields(thresholds) if f.name.endswith("_for")}
+    return replace(
+        config,
+        thresholds=replace(
+            thresholds,
+            **durations,
+            xid_window=window,
+            idle_window=window,
+            gpu_missing_lookback="10m",
+        ),
+    )
+
+
+def write_rule_files(config: BundleConfig, directory: Path) -> list[Path]:
+    files = artifacts(config)
+    paths = []
+    for name in RULE_FILES:
+        path = directory / Path(name).name
+        path.write_text(files[name])
+        paths.append(path)
+    return paths
+
+
+def prometheus_config(
+    config: BundleConfig,
+    timing: Timing,
+    exporters: Mapping[str, str],
+    alertmanager: str,
+    rule_files: Sequence[Path],
+    extra_jobs: Sequence[dict[str, Any]] = (),
+) -> str:
+    """`exporters` maps node names to `host:port`."""
+    scrape = replace(config.scrape, interval=timing.scrape_interval, timeout=timing.scrape_timeout)
+    jobs = static_config(replace(config, scrape=scrape), exporters)["scrape_configs"]
+    document = {
+        "global": {
+            "scrape_interval": timing.scrape_interval,
+            "scrape_timeout": timing.scrape_timeout,
+            "evaluation_interval": timing.evaluation_interval,
+        },
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]},
+        "rule_files": [str(p) for p in rule_files],
+        "scrape_configs": [*jobs, *extra_jobs],
+    }
+    return _yaml(document)
+
+
+def alertmanager_config(config: BundleConfig, timing: Timing, webhook_url: str) -> str:
+    labels = config.labels
+    document = {
+        "route": {
+            "receiver": "webhook",
+            "group_by": ["alertname", labels.cluster, labels.hostname, "gpu"],
+            "group_wait": timing.group_wait,
+            "group_interval": timing.group_interval,
+            "repeat_interval": timing.repeat_interval,
+        },
+        "receivers": [
+            {
+                "name": "webhook",
+                "webhook_configs": [{"url": webhook_url, "send_resolved": True}],
+            }
+        ],
+    }
+    return _yaml(document)
+
+
+def _yaml(document: dict[str, Any]) -> str:
+    return "# Written by bundle/localstack for a local stack; not a committed artifact.\n" + (
+        yaml.safe_dump(document, sort_keys=False)
+    )

@@ -1,0 +1,183 @@
+"""The whole stack on loopback, as a user would run it: the exporter on its simulated node, a real
+Prometheus with the bundle's static scrape config and rules, and a real Alertmanager that posts
+to a webhook. `make demo` and the end-to-end tests start this same class."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bundle.config import DEFAULT, BundleConfig
+from bundle.localstack.configs import (
+    PRODUCTION,
+    Timing,
+    alertmanager_config,
+    prometheus_config,
+    write_rule_files,
+)
+from bundle.localstack.processes import ChildProcess, StackError, find_binary, free_port
+from bundle.localstack.prometheus_api import PrometheusAPI
+from bundle.localstack.webhook import Alert, AlertWebhook
+
+
+@dataclass(frozen=True, slots=True)
+class Ports:
+    """0 picks a free port."""
+
+    exporter: int = 0
+    prometheus: int = 0
+    alertmanager: int = 0
+    webhook: int = 0
+
+
+ANY_PORTS = Ports()
+
+
+class LocalStack:
+    def __init__(
+        self,
+        workdir: Path,
+        config: BundleConfig = DEFAULT,
+        timing: Timing = PRODUCTION,
+        ports: Ports = ANY_PORTS,
+        host: str = "127.0.0.1",
+        exporter_args: Sequence[str] = (),
+        extra_jobs: Sequence[dict[str, Any]] = (),
+        on_alert: Callable[[Alert], None] | None = None,
+    ) -> None:
+        from exporter.simulator.fleet import default_fleet
+
+        self.workdir = workdir
+        self.config = config
+        self.timing = timing
+        self.host = host
+        self.node_name = default_fleet().node_name
+        port = {name: getattr(ports, name) or free_port(host) for name in Ports.__slots__}
+        self.addresses = {name: f"{host}:{p}" for name, p in port.items()}
+        self.webhook = AlertWebhook(host, port["webhook"], on_alert)
+        self.exporter = ChildProcess(
+            "exporter",
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                "--simulate",
+                f"--web.listen-address={self.addresses['exporter']}",
+                f"--collector.interval={timing.collector_interval}",
+                *exporter_args,
+            ],
+            workdir / "exporter.log",
+            f"{self.url('exporter')}/readyz",
+        )
+        self.alertmanager = ChildProcess(
+            "alertmanager",
+            [
+                find_binary(
+                    "prometheus-alertmanager", "alertmanager", package="prometheus-alertmanager"
+                ),
+                f"--config.file={workdir / 'alertmanager.yml'}",
+                f"--storage.path={workdir / 'alertmanager-data'}",
+                f"--web.listen-address={self.addresses['alertmanager']}",
+                "--cluster.listen-address=",  # one instance: no gossip port
+                "--log.level=warn",
+            ],
+            workdir / "alertmanager.log",
+            f"{self.url('alertmanager')}/-/ready",
+        )
+        self.prometheus = ChildProcess(
+            "prometheus",
+            [
+                find_binary("prometheus", package="prometheus"),
+                f"--config.file={workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={workdir / 'prometheus-data'}",
+                f"--web.listen-address={self.addresses['prometheus']}",
+                # Resend firing alerts at the evaluation pace, so Alertmanager hears of each
+                # change without Prometheus' one-minute default delay.
+                f"--rules.alert.resend-delay={timing.evaluation_interval}",
+                "--log.level=warn",
+            ],
+            workdir / "prometheus.log",
+            f"{self.url('prometheus')}/-/ready",
+        )
+        self.api = PrometheusAPI(self.url("prometheus"))
+        self._extra_jobs = extra_jobs
+
+    def url(self, part: str) -> str:
+        return f"http://{self.addresses[part]}"
+
+    def write_configs(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        rules = write_rule_files(self.config, self.workdir)
+        (self.workdir / "prometheus.yml").write_text(
+            prometheus_config(
+                self.config,
+                self.timing,
+                {self.node_name: self.addresses["exporter"]},
+                self.addresses["alertmanager"],
+                rules,
+                self._extra_jobs,
+            )
+        )
+        (self.workdir / "alertmanager.yml").write_text(
+            alertmanager_config(self.config, self.timing, self.webhook.url)
+        )
+
+    def start(self) -> LocalStack:
+        self.write_configs()
+        self.webhook.start()
+        try:
+            # Receivers first, so the first scrape and the first alert find someone listening.
+            for part in (self.alertmanager, self.exporter, self.prometheus):
+                part.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for part in (self.prometheus, self.exporter, self.alertmanager):
+            part.stop()
+        self.webhook.stop()
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def wait_for_scrapes(self, timeout: float = 30.0) -> None:
+        """Until every target has been scraped successfully at least once."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            targets = self.api.targets()
+            if targets and all(t["health"] == "up" for t in targets):
+                return
+            time.sleep(0.2)
+        states = ", ".join(f"{t['scrapeUrl']} {t['health']} {t['lastError']}" for t in targets)
+        raise StackError(f"targets not all up after {timeout:g}s: {states}")
+
+    def gpus(self) -> list[dict[str, Any]]:
+        """The simulated GPUs, with the pods that hold them, from the simulator's control API."""
+        with urllib.request.urlopen(f"{self._control}/gpus", timeout=10) as response:
+            return json.load(response)
+
+    def inject(self, gpu: int, action: str, **body: Any) -> dict[str, Any]:
+        """POST a fault (or its cure) to the running simulator, e.g. inject(3, "xid", xid=79)."""
+        request = urllib.request.Request(
+            f"{self._control}/gpus/{gpu}/{action}",
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.load(response)
+
+    @property
+    def _control(self) -> str:
+        return f"{self.url('exporter')}/-/simulator"

@@ -1,0 +1,179 @@
+"""The simulator's fault-injection API, served beside /metrics only under `--simulate`, so that
+end-to-end tests and `make demo` users can break a running simulated node with curl:
+
+    GET  /-/simulator/gpus                       every GPU, its state and the pods holding it
+    POST /-/simulator/gpus/{index}/xid           {"xid": 79, "gpu_instance_id": null}
+    POST /-/simulator/gpus/{index}/ecc           {"double_bit": true, "count": 1}
+    POST /-/simulator/gpus/{index}/temperature   {"offset_celsius": 25}   (0 clears)
+    POST /-/simulator/gpus/{index}/workload      {"workload": "idle"}
+    POST /-/simulator/gpus/{index}/unhealthy     {"unhealthy": true}      (device plugin view)
+    POST /-/simulator/gpus/{index}/lose | restore | reset
+
+Every POST answers with the GPU's state after the change; a bad request gets one line naming
+what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from exporter.simulator.fake_kubelet import FakeKubelet
+from exporter.simulator.fake_nvml import FakeNvml
+from exporter.simulator.sim_gpu import SimGpu
+from exporter.simulator.workload import SHAPES
+
+PREFIX = "/-/simulator"
+
+
+class BadRequest(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Field:
+    kind: type | tuple[type, ...]
+    default: Any = None
+    low: float | None = None
+    high: float | None = None
+    required: bool = False
+    nullable: bool = False
+
+
+Action = Callable[[FakeNvml, FakeKubelet, SimGpu, dict[str, Any]], None]
+
+
+def _xid(nvml: FakeNvml, _k: FakeKubelet, gpu: SimGpu, body: dict[str, Any]) -> None:
+    instance = body["gpu_instance_id"]
+    if instance is not None and instance not in {m.gpu_instance_id for m in gpu.live_instances()}:
+        raise BadRequest(f"gpu_instance_id: GPU {gpu.index} has no MIG instance {instance}")
+    nvml.inject_xid(gpu.index, body["xid"], instance)
+
+
+def _unhealthy(_n: FakeNvml, kubelet: FakeKubelet, gpu: SimGpu, body: dict[str, Any]) -> None:
+    if body["unhealthy"]:
+        kubelet.faults.unhealthy_gpus.add(gpu.uuid)
+    else:
+        kubelet.faults.unhealthy_gpus.discard(gpu.uuid)
+
+
+def _workload(nvml: FakeNvml, _k: FakeKubelet, gpu: SimGpu, body: dict[str, Any]) -> None:
+    if body["workload"] not in SHAPES:
+        raise BadRequest(f"workload: {body['workload']!r} is not one of {', '.join(SHAPES)}")
+    nvml.set_workload(gpu.index, body["workload"])
+
+
+ACTIONS: dict[str, tuple[dict[str, Field], Action]] = {
+    "xid": (
+        {
+            "xid": Field(int, low=1, high=999, required=True),
+            "gpu_instance_id": Field(int, low=0, high=14, nullable=True),
+        },
+        _xid,
+    ),
+    "ecc": (
+        {
+            "double_bit": Field(bool, default=True),
+            "count": Field(int, default=1, low=1, high=1_000_000),
+        },
+        lambda n, _k, g, b: n.inject_ecc_error(g.index, b["double_bit"], b["count"]),
+    ),
+    "temperature": (
+        {"offset_celsius": Field((int, float), low=-50, high=150, required=True)},
+        lambda n, _k, g, b: n.set_temperature_offset(g.index, float(b["offset_celsius"])),
+    ),
+    "workload": ({"workload": Field(str, required=True)}, _workload),
+    "unhealthy": ({"unhealthy": Field(bool, required=True)}, _unhealthy),
+    "lose": ({}, lambda n, _k, g, _b: n.lose_gpu(g.index)),
+    "restore": ({}, lambda n, _k, g, _b: n.restore_gpu(g.index)),
+    "reset": ({}, lambda n, _k, g, _b: n.reset_gpu(g.index)),
+}
+
+
+def parse_body(raw: bytes, fields: dict[str, Field]) -> dict[str, Any]:
+    """The JSON object of a request, checked against `fields` and completed with defaults."""
+    if not raw.strip():
+        doc: Any = {}
+    else:
+        try:
+            doc = json.loads(raw)
+        except ValueError as exc:
+            raise BadRequest(f"body is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise BadRequest("body must be a JSON object")
+    unknown = sorted(set(doc) - set(fields))
+    if unknown:
+        allowed = ", ".join(fields) or "none"
+        raise BadRequest(f"unknown field {unknown[0]!r} (allowed: {allowed})")
+    values: dict[str, Any] = {}
+    for name, spec in fields.items():
+        if name not in doc:
+            if spec.required:
+                raise BadRequest(f"{name} is required")
+            values[name] = spec.default
+            continue
+        value = doc[name]
+        if value is None and spec.nullable:
+            values[name] = None
+            continue
+        # bool is an int in Python; JSON true must not pass for a number (nor 1 for a bool).
+        if isinstance(value, bool) != (spec.kind is bool) or not isinstance(value, spec.kind):
+            raise BadRequest(f"{name}: expected {_kind_name(spec.kind)}, got {json.dumps(value)}")
+        if spec.low is not None and spec.high is not None and not spec.low <= value <= spec.high:
+            raise BadRequest(f"{name}: {value} is out of range [{spec.low:g}, {spec.high:g}]")
+        values[name] = value
+    return values
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return names[float] if float in kinds else names[kinds[0]]
+
+
+def gpu_state(gpu: SimGpu, kubelet: FakeKubelet) -> dict[str, Any]:
+    return {
+        "index": gpu.index,
+        "uuid": gpu.uuid,
+        "pci_bus_id": gpu.pci_bus_id,
+        "model": gpu.model.name,
+        "workload": gpu.workload,
+        "lost": gpu.lost,
+        "mig_enabled": gpu.mig_enabled,
+        "temperature_offset_celsius": gpu.temperature_offset_c,
+        "unhealthy": gpu.uuid in kubelet.faults.unhealthy_gpus,
+        "pods": kubelet.pods_using(gpu),
+    }
+
+
+def add_control_routes(app: web.Application, nvml: FakeNvml, kubelet: FakeKubelet) -> None:
+    def find_gpu(request: web.Request) -> SimGpu:
+        text = request.match_info["index"]
+        count = len(nvml.gpus)
+        if not text.isdigit() or int(text) >= count:
+            raise web.HTTPNotFound(
+                text=f"no simulated GPU {text} (the node has GPUs 0-{count - 1})\n"
+            )
+        return nvml.gpus[int(text)]
+
+    async def list_gpus(request: web.Request) -> web.Response:
+        return web.json_response([gpu_state(g, kubelet) for g in nvml.gpus])
+
+    async def act(request: web.Request) -> web.Response:
+        gpu = find_gpu(request)
+        name = request.match_info["action"]
+        if name not in ACTIONS:
+            raise web.HTTPNotFound(text=f"unknown action {name!r} (known: {', '.join(ACTIONS)})\n")
+        fields, action = ACTIONS[name]
+        try:
+            action(nvml, kubelet, gpu, parse_body(await request.read(), fields))
+        except BadRequest as exc:
+            raise web.HTTPBadRequest(text=f"{name}: {exc}\n") from None
+        return web.json_response(gpu_state(gpu, kubelet))
+
+    app.router.add_get(f"{PREFIX}/gpus", list_gpus)
+    app.router.add_post(PREFIX + "/gpus/{index}/{action}", act)
