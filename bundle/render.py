@@ -44,10 +44,22 @@ def _scrape_configs(config: BundleConfig) -> dict[str, str]:
     return scrape_config_files(config)
 
 
+def _deploy(config: BundleConfig) -> dict[str, str]:
+    from alerts.rules_file import prometheus_rule
+    from bundle.deploy_manifests import manifest_files
+    from bundle.scrape_configs import service_monitor
+    from dashboards.render import dashboard_files
+
+    return manifest_files(
+        config, prometheus_rule(config), service_monitor(config), dashboard_files(config)
+    )
+
+
 GENERATORS: tuple[Callable[[BundleConfig], dict[str, str]], ...] = (
     _alerts,
     _dashboards,
     _scrape_configs,
+    _deploy,
 )
 
 

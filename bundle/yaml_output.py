@@ -16,6 +16,15 @@ class _NoAliases(yaml.SafeDumper):
         return True
 
 
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    # Multi-line text (dashboard JSON in a ConfigMap) as a readable block, not one escaped line.
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_NoAliases.add_representer(str, _str)
+
+
 def dump(document: Any, source: str) -> str:
     body = yaml.dump(document, Dumper=_NoAliases, sort_keys=False, width=100, allow_unicode=True)
     return HEADER.format(source=source) + body

