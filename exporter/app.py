@@ -125,7 +125,9 @@ def serve_node(
     if extra_routes:
         extra_routes(app)
     try:
-        _event_loop_runner()(serve(app, config.web.listen_address, on_listening))
+        security = config.web.security
+        tls = security.ssl_context if security else None
+        _event_loop_runner()(serve(app, config.web.listen_address, on_listening, ssl_context=tls))
     finally:
         poller.stop()
         for helper in helpers:

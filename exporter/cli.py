@@ -103,6 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"Address to listen on (default :{DEFAULT_PORT}; dcgm-exporter's 9400 stays free).",
     )
     add(
+        "--web.config.file",
+        dest="web_config_file",
+        default=None,
+        metavar="FILE",
+        help="TLS and basic auth in the Prometheus exporter-toolkit format "
+        "(tls_server_config, http_server_config, basic_auth_users).",
+    )
+    add(
         "--web.telemetry-path",
         dest="telemetry_path",
         default="/metrics",
@@ -369,7 +377,16 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
         xid_enabled=args.xid,
         mig_refresh_seconds=args.mig_refresh,
     )
+    security = None
+    if args.web_config_file:
+        from exporter.webconfig.parse import load_web_config
+
+        try:
+            security = load_web_config(args.web_config_file)
+        except ConfigurationError as exc:
+            raise UsageError(str(exc)) from None
     web = WebConfig(
+        security=security,
         listen_address=args.listen_address,
         telemetry_path=args.telemetry_path,
         stale_after_seconds=args.stale_after or 3 * args.interval,

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from exporter.webconfig.parse import WebSecurity
 
 DEFAULT_PORT = 9455
 
@@ -50,6 +54,8 @@ class WebConfig:
     stale_after_seconds: float = 15.0
     # /healthz fails after this many seconds without a finished sweep, so Kubernetes restarts us.
     health_max_age_seconds: float = 60.0
+    # TLS, client certificates and basic auth from --web.config.file; None: plain HTTP, open.
+    security: WebSecurity | None = None
 
 
 @dataclass(frozen=True, slots=True)

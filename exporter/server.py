@@ -10,6 +10,7 @@ import asyncio
 import html
 import logging
 import signal
+import ssl
 import time
 from collections.abc import Callable
 
@@ -100,7 +101,7 @@ def build_app(
     store: ExpositionStore, config: WebConfig, poller_alive: Callable[[], bool]
 ) -> web.Application:
     handlers = Handlers(store, config, poller_alive)
-    app = web.Application()
+    app = web.Application(middlewares=security_middlewares(config))
     app[STORE_KEY] = store
     app.router.add_get(config.telemetry_path, handlers.metrics)
     app.router.add_get("/healthz", handlers.healthz)
@@ -109,6 +110,38 @@ def build_app(
     if config.telemetry_path != "/":
         app.router.add_get("/", handlers.index)
     return app
+
+
+def security_middlewares(config: WebConfig) -> list:
+    """Client-name check, then basic auth, as --web.config.file asks; none without it."""
+    security = config.security
+    if security is None:
+        return []
+    # The first is outermost: extra headers go on 401 and 403 answers too.
+    middlewares = [_extra_headers(security.headers)] if security.headers else []
+    if security.tls and security.tls.client_allowed_sans:
+        from exporter.webconfig.client_names import allowed_sans_middleware
+
+        middlewares.append(allowed_sans_middleware(security.tls.client_allowed_sans))
+    if security.basic_auth_users:
+        from exporter.webconfig.basic_auth import BasicAuth
+
+        middlewares.append(BasicAuth(security.basic_auth_users).middleware)
+    return middlewares
+
+
+def _extra_headers(headers: tuple[tuple[str, str], ...]):
+    @web.middleware
+    async def add(request: web.Request, handler):
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:
+            exc.headers.update(headers)
+            raise
+        response.headers.update(headers)
+        return response
+
+    return add
 
 
 def split_listen_address(address: str) -> tuple[str | None, int]:
@@ -128,6 +161,7 @@ async def serve(
     address: str,
     ready: Callable[[int], None] | None = None,
     shutdown_timeout: float = 4.0,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then finish in-flight requests and return."""
     host, port = split_listen_address(address)
@@ -135,12 +169,13 @@ async def serve(
         app, handle_signals=False, access_log=None, shutdown_timeout=shutdown_timeout
     )
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context)
     await site.start()
     bound = port
     if runner.addresses:
         bound = runner.addresses[0][1]
-    log.info("listening on %s", address if bound == port else f"{host or ''}:{bound}")
+    shown = address if bound == port else f"{host or ''}:{bound}"
+    log.info("listening on %s%s", shown, " (TLS)" if ssl_context else "")
     if ready is not None:
         ready(bound)
     stop = asyncio.Event()

@@ -1,0 +1,217 @@
+"""Reads a web config file in the Prometheus exporter-toolkit format, strictly: an unknown key, a
+wrong type, a missing file or a password that is not a bcrypt hash is one line naming the file
+and the key, at startup, never a surprise at the first scrape."""
+
+from __future__ import annotations
+
+import logging
+import re
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from exporter.config import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+MAX_FILE_BYTES = 1 << 20
+# Modular crypt format of bcrypt: $2a$/$2b$/$2y$, a two-digit cost, 53 characters of salt+hash.
+BCRYPT_HASH = re.compile(r"^\$2[aby]\$(0[4-9]|[12]\d|3[01])\$[./A-Za-z0-9]{53}$")
+HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+TLS_KEYS = {
+    "cert_file",
+    "key_file",
+    "client_auth_type",
+    "client_ca_file",
+    "client_allowed_sans",
+    "min_version",
+    "max_version",
+    "cipher_suites",
+    "curve_preferences",
+    "prefer_server_cipher_suites",
+    # Inline PEM (newer exporter-toolkit): known, refused with a pointer to the file keys.
+    "cert",
+    "key",
+    "client_ca",
+}
+# Accepted so that existing files load, but Python's ssl module cannot honour them: OpenSSL's
+# defaults (modern AEAD suites, X25519/P-256) apply instead, and a warning says so.
+IGNORED_TLS_KEYS = ("cipher_suites", "curve_preferences", "prefer_server_cipher_suites")
+HTTP_KEYS = {"http2", "headers"}
+TOP_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users", "rate_limit"}
+
+
+@dataclass(frozen=True, slots=True)
+class TlsSettings:
+    cert_file: Path
+    key_file: Path
+    client_auth_type: str = "NoClientCert"
+    client_ca_file: Path | None = None
+    client_allowed_sans: tuple[str, ...] = ()
+    min_version: str = "TLS12"
+    max_version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WebSecurity:
+    source: Path
+    tls: TlsSettings | None
+    ssl_context: ssl.SSLContext | None
+    # user -> bcrypt hash
+    basic_auth_users: dict[str, bytes]
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+class _Reader:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, key: str, message: str) -> ConfigurationError:
+        where = f"{key}: " if key else ""
+        return ConfigurationError(f"web config {self.path}: {where}{message}")
+
+    def mapping(self, value: Any, key: str, allowed: set[str]) -> dict[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.fail(key, f"expected a mapping, got {type(value).__name__}")
+        for name in value:
+            if name not in allowed:
+                dotted = f"{key}.{name}" if key else str(name)
+                raise self.fail(dotted, f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        return value
+
+    def string(self, value: Any, key: str) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(key, f"expected a non-empty string, got {value!r}")
+        return value
+
+    def file(self, value: Any, key: str) -> Path:
+        # Relative paths are relative to the web config file, as in exporter-toolkit.
+        path = self.path.parent / self.string(value, key)
+        if not path.is_file():
+            raise self.fail(key, f"{path} does not exist")
+        try:
+            path.read_bytes()
+        except OSError as exc:
+            raise self.fail(key, f"{path}: cannot read: {exc.strerror}") from None
+        return path
+
+
+def load_web_config(path: str | Path) -> WebSecurity:
+    from exporter.webconfig.tls import ssl_context
+
+    path = Path(path)
+    reader = _Reader(path)
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise reader.fail("", f"larger than {MAX_FILE_BYTES} bytes")
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise reader.fail("", f"cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise reader.fail("", "not UTF-8 text") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise reader.fail("", f"not valid YAML{where}: {getattr(exc, 'problem', None)}") from None
+    top = reader.mapping(doc, "", TOP_KEYS)
+    if "rate_limit" in top:
+        raise reader.fail("rate_limit", "not supported; limit scrapers at the network instead")
+    tls = _tls(reader, top.get("tls_server_config"))
+    return WebSecurity(
+        source=path,
+        tls=tls,
+        ssl_context=ssl_context(tls, reader.fail) if tls else None,
+        basic_auth_users=_users(reader, top.get("basic_auth_users")),
+        headers=_headers(reader, top.get("http_server_config")),
+    )
+
+
+def _tls(reader: _Reader, value: Any) -> TlsSettings | None:
+    section = "tls_server_config"
+    doc = reader.mapping(value, section, TLS_KEYS)
+    if not doc:
+        return None
+    for inline in ("cert", "key", "client_ca"):
+        if inline in doc:
+            raise reader.fail(
+                f"{section}.{inline}", f"inline PEM is not supported; use {inline}_file"
+            )
+    ignored = [k for k in IGNORED_TLS_KEYS if k in doc]
+    if ignored:
+        log.warning(
+            "web config %s: %s ignored: Python's TLS uses OpenSSL's default suites and curves",
+            reader.path,
+            ", ".join(f"{section}.{k}" for k in ignored),
+        )
+    for required in ("cert_file", "key_file"):
+        if required not in doc:
+            raise reader.fail(f"{section}.{required}", "is required for TLS")
+    sans = doc.get("client_allowed_sans") or []
+    if not isinstance(sans, list) or not all(isinstance(s, str) and s for s in sans):
+        raise reader.fail(f"{section}.client_allowed_sans", "expected a list of names")
+    ca = doc.get("client_ca_file")
+    return TlsSettings(
+        cert_file=reader.file(doc["cert_file"], f"{section}.cert_file"),
+        key_file=reader.file(doc["key_file"], f"{section}.key_file"),
+        client_auth_type=reader.string(
+            doc.get("client_auth_type", "NoClientCert"), f"{section}.client_auth_type"
+        ),
+        client_ca_file=reader.file(ca, f"{section}.client_ca_file") if ca is not None else None,
+        client_allowed_sans=tuple(sans),
+        min_version=reader.string(doc.get("min_version", "TLS12"), f"{section}.min_version"),
+        max_version=(
+            reader.string(doc["max_version"], f"{section}.max_version")
+            if "max_version" in doc
+            else None
+        ),
+    )
+
+
+def _users(reader: _Reader, value: Any) -> dict[str, bytes]:
+    section = "basic_auth_users"
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise reader.fail(section, f"expected a mapping of user: bcrypt hash, got {value!r}")
+    users: dict[str, bytes] = {}
+    for user, hashed in value.items():
+        key = f"{section}.{user}"
+        if not isinstance(user, str) or not user or ":" in user:
+            raise reader.fail(key, "a user name must be a non-empty string without ':'")
+        if not isinstance(hashed, str) or not BCRYPT_HASH.match(hashed):
+            raise reader.fail(
+                key,
+                "is not a bcrypt hash ($2y$10$... with 53 more characters); plain-text "
+                "passwords are not accepted. Make one with: htpasswd -nBC 10 \"\" | tr -d ':\\n'",
+            )
+        users[user] = hashed.encode()
+    return users
+
+
+def _headers(reader: _Reader, value: Any) -> tuple[tuple[str, str], ...]:
+    section = "http_server_config"
+    doc = reader.mapping(value, section, HTTP_KEYS)
+    if doc.get("http2") is not None:
+        if not isinstance(doc["http2"], bool):
+            raise reader.fail(f"{section}.http2", "expected true or false")
+        log.warning("web config %s: %s.http2 ignored: served over HTTP/1.1", reader.path, section)
+    headers = doc.get("headers") or {}
+    if not isinstance(headers, dict):
+        raise reader.fail(f"{section}.headers", "expected a mapping of header: value")
+    pairs = []
+    for name, text in headers.items():
+        key = f"{section}.headers.{name}"
+        if not isinstance(name, str) or not HEADER_NAME.match(name):
+            raise reader.fail(key, "is not a valid HTTP header name")
+        if not isinstance(text, str) or any(c in text for c in "\r\n"):
+            raise reader.fail(key, "expected a one-line string")
+        pairs.append((name, text))
+    return tuple(pairs)

@@ -1,0 +1,326 @@
+"""--web.config.file over real TLS on loopback, with certificates made in the test: basic auth,
+mutual TLS, TLS versions, client names, and a clear one-line error for every bad file."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import aiohttp
+import bcrypt
+import pytest
+import yaml
+from aiohttp import web
+
+from exporter.config import ConfigurationError, WebConfig
+from exporter.server import build_app
+from exporter.webconfig.basic_auth import BasicAuth
+from exporter.webconfig.parse import load_web_config
+from tests.conftest import REPO, store_for
+from tests.test_process import free_port, start_exporter
+from tests.tls_certs import Certificates, make_certificates
+
+PASSWORD = "correct horse"
+# Cost 4 keeps the suite fast; one test below measures with a realistic cost.
+HASH = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory) -> Certificates:
+    return make_certificates(tmp_path_factory.mktemp("certs"))
+
+
+def write(tmp_path: Path, doc: dict | str, name: str = "web.yml") -> Path:
+    path = tmp_path / name
+    path.write_text(doc if isinstance(doc, str) else yaml.safe_dump(doc))
+    return path
+
+
+def tls_section(certs: Certificates, **extra) -> dict:
+    return {"cert_file": str(certs.server.cert), "key_file": str(certs.server.key), **extra}
+
+
+def client_auth(certs: Certificates, mode: str, **extra) -> dict:
+    section = tls_section(certs, client_auth_type=mode, client_ca_file=str(certs.ca.cert), **extra)
+    return {"tls_server_config": section}
+
+
+def client_context(certs: Certificates, pair=None, max_version=None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(certs.ca.cert))
+    if pair is not None:
+        context.load_cert_chain(pair.cert, pair.key)
+    if max_version is not None:
+        context.maximum_version = max_version
+    return context
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+class Served:
+    def __init__(self, runner: web.AppRunner, port: int, scheme: str) -> None:
+        self.runner, self.url = runner, f"{scheme}://127.0.0.1:{port}"
+
+    async def get(self, path: str = "/metrics", **kwargs) -> tuple[int, str, dict]:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(self.url + path, **kwargs) as response,
+        ):
+            return response.status, await response.text(), dict(response.headers)
+
+
+@pytest.fixture
+async def serve(sim, make_poller):
+    runners: list[web.AppRunner] = []
+
+    async def start(config_path: Path) -> Served:
+        security = load_web_config(config_path)
+        store = store_for()
+        store.publish(make_poller().sweep())
+        app = build_app(store, WebConfig(security=security), lambda: True)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        runners.append(runner)
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port, ssl_context=security.ssl_context).start()
+        return Served(runner, port, "https" if security.ssl_context else "http")
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+async def test_https_with_basic_auth(serve, certs, tmp_path):
+    served = await serve(
+        write(
+            tmp_path,
+            {
+                "tls_server_config": tls_section(certs),
+                "basic_auth_users": {"prometheus": HASH},
+                "http_server_config": {"headers": {"X-Frame-Options": "deny"}},
+            },
+        )
+    )
+    tls = client_context(certs)
+    status, body, headers = await served.get(ssl=tls, headers=basic("prometheus", PASSWORD))
+    assert status == 200 and "DCGM_FI_DEV_GPU_TEMP{" in body
+    assert headers["X-Frame-Options"] == "deny"
+    for credentials in (basic("prometheus", "wrong"), basic("mallory", PASSWORD), {}):
+        status, body, headers = await served.get(ssl=tls, headers=credentials)
+        assert status == 401, credentials
+        assert headers["WWW-Authenticate"].startswith('Basic realm="kube-gpu-exporter"')
+        assert headers["X-Frame-Options"] == "deny"
+        assert "DCGM" not in body
+    # Every path is protected, probes included.
+    assert (await served.get("/healthz", ssl=tls))[0] == 401
+
+
+async def test_plain_http_to_the_tls_port_fails(serve, certs, tmp_path):
+    served = await serve(write(tmp_path, {"tls_server_config": tls_section(certs)}))
+    plain = Served(served.runner, int(served.url.rsplit(":", 1)[1]), "http")
+    with pytest.raises(aiohttp.ClientError):
+        await plain.get()
+
+
+async def test_mutual_tls_requires_a_certificate_from_the_client_ca(serve, certs, tmp_path):
+    served = await serve(write(tmp_path, client_auth(certs, "RequireAndVerifyClientCert")))
+    status, _, _ = await served.get(ssl=client_context(certs, certs.client))
+    assert status == 200
+    for pair in (None, certs.stranger):
+        with pytest.raises(aiohttp.ClientError):
+            await served.get(ssl=client_context(certs, pair))
+
+
+async def test_verify_if_given_accepts_none_but_refuses_a_stranger(serve, certs, tmp_path):
+    served = await serve(write(tmp_path, client_auth(certs, "VerifyClientCertIfGiven")))
+    assert (await served.get(ssl=client_context(certs)))[0] == 200
+    with pytest.raises(aiohttp.ClientError):
+        await served.get(ssl=client_context(certs, certs.stranger))
+
+
+async def test_client_allowed_sans(serve, certs, tmp_path):
+    def config(names: list[str]) -> Path:
+        doc = client_auth(certs, "RequireAndVerifyClientCert", client_allowed_sans=names)
+        return write(tmp_path, doc, f"web-{names[0]}.yml")
+
+    tls = client_context(certs, certs.client)
+    assert (await (await serve(config(["prometheus"]))).get(ssl=tls))[0] == 200
+    status, body, _ = await (await serve(config(["thanos"]))).get(ssl=tls)
+    assert status == 403 and "client certificate name not allowed" in body
+
+
+async def test_min_version_is_enforced(serve, certs, tmp_path):
+    served = await serve(
+        write(tmp_path, {"tls_server_config": tls_section(certs, min_version="TLS13")})
+    )
+    assert (await served.get(ssl=client_context(certs)))[0] == 200
+    with pytest.raises(aiohttp.ClientError):
+        await served.get(ssl=client_context(certs, max_version=ssl.TLSVersion.TLSv1_2))
+
+
+def bad_files(certs: Certificates) -> list[tuple[str, object, str]]:
+    tls = tls_section(certs)
+    return [
+        (
+            "missing cert",
+            {"tls_server_config": {**tls, "cert_file": "/nonexistent/x.crt"}},
+            "tls_server_config.cert_file: /nonexistent/x.crt does not exist",
+        ),
+        ("malformed YAML", "tls_server_config: [unclosed\n", "not valid YAML at line"),
+        ("unknown top key", {"tls_config": tls}, "tls_config: unknown key"),
+        (
+            "unknown nested key",
+            {"tls_server_config": {**tls, "certfile": "x"}},
+            "tls_server_config.certfile: unknown key",
+        ),
+        (
+            "plain-text password",
+            {"basic_auth_users": {"prometheus": "hunter2"}},
+            "basic_auth_users.prometheus: is not a bcrypt hash",
+        ),
+        (
+            "request client cert",
+            {"tls_server_config": {**tls, "client_auth_type": "RequestClientCert"}},
+            "RequestClientCert (a certificate taken without verification) is not supported",
+        ),
+        (
+            "client auth without CA",
+            {"tls_server_config": {**tls, "client_auth_type": "RequireAndVerifyClientCert"}},
+            "client_ca_file: is required with client_auth_type RequireAndVerifyClientCert",
+        ),
+        (
+            "bad version",
+            {"tls_server_config": {**tls, "min_version": "TLS1.2"}},
+            "min_version: 'TLS1.2' is not one of TLS10, TLS11, TLS12, TLS13",
+        ),
+        (
+            "key does not match",
+            {"tls_server_config": {**tls, "key_file": str(certs.client.key)}},
+            "do not load",
+        ),
+        ("rate limit", {"rate_limit": {"interval": "1s", "burst": 5}}, "rate_limit: not supported"),
+        ("users not a map", {"basic_auth_users": ["prometheus"]}, "expected a mapping"),
+    ]
+
+
+def test_every_bad_file_is_one_line_naming_the_key(certs, tmp_path):
+    for what, doc, message in bad_files(certs):
+        path = write(tmp_path, doc, f"{what.replace(' ', '-')}.yml")
+        with pytest.raises(ConfigurationError) as caught:
+            load_web_config(path)
+        text = str(caught.value)
+        assert text.startswith(f"web config {path}: "), what
+        assert message in text, f"{what}: {text}"
+        assert "\n" not in text, what
+
+
+@pytest.mark.parametrize("what", ["missing cert", "plain-text password", "unknown top key"])
+def test_the_cli_refuses_a_bad_file_at_startup(certs, tmp_path, what):
+    _, doc, message = next(entry for entry in bad_files(certs) if entry[0] == what)
+    path = write(tmp_path, doc)
+    result = subprocess.run(
+        [sys.executable, "-m", "exporter", "--simulate", f"--web.config.file={path}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("kube-gpu-exporter: error: web config") and message in line
+
+
+async def test_successful_checks_are_cached_and_unknown_users_cost_a_check():
+    calls: list[bytes] = []
+
+    def counting(password: bytes, hashed: bytes) -> bool:
+        calls.append(hashed)
+        return bcrypt.checkpw(password, hashed)
+
+    auth = BasicAuth({"prometheus": HASH.encode()}, checkpw=counting)
+    try:
+        assert await auth.verify("prometheus", PASSWORD)
+        assert await auth.verify("prometheus", PASSWORD)
+        assert len(calls) == 1  # the second was served from the cache
+        assert not await auth.verify("prometheus", "wrong")
+        assert not await auth.verify("prometheus", "wrong")
+        assert len(calls) == 3  # failures are never cached
+        assert not await auth.verify("mallory", PASSWORD)
+        assert len(calls) == 4 and calls[-1] == HASH.encode()  # same work for an unknown user
+        assert not await auth.verify("prometheus", PASSWORD + "x" * 80)  # over bcrypt's 72 bytes
+    finally:
+        auth.close()
+
+
+async def test_bcrypt_never_blocks_the_event_loop():
+    slow = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(12))  # ~0.2-0.4 s per check here
+    auth = BasicAuth({"prometheus": slow})
+    lags: list[float] = []
+
+    async def ticker(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            started = time.monotonic()
+            await asyncio.sleep(0.005)
+            lags.append(time.monotonic() - started - 0.005)
+
+    stop = asyncio.Event()
+    tick = asyncio.create_task(ticker(stop))
+    try:
+        started = time.monotonic()
+        results = await asyncio.gather(
+            *(auth.verify("prometheus", "wrong") for _ in range(4)),
+            auth.verify("prometheus", PASSWORD),
+        )
+        elapsed = time.monotonic() - started
+    finally:
+        stop.set()
+        await tick
+        auth.close()
+    assert results == [False] * 4 + [True]
+    assert auth.bcrypt_checks == 5
+    assert max(lags) < min(0.1, elapsed / 5), f"loop stalled {max(lags):.3f}s"
+
+
+def test_exporter_process_serves_https_with_basic_auth(certs, tmp_path):
+    path = write(
+        tmp_path,
+        {"tls_server_config": tls_section(certs), "basic_auth_users": {"prometheus": HASH}},
+    )
+    proc, base = start_exporter(f"--web.config.file={path}")
+    port = int(base.rsplit(":", 1)[1])
+    tls = client_context(certs)
+
+    def fetch(headers: dict[str, str]) -> tuple[int, str]:
+        request = urllib.request.Request(f"https://127.0.0.1:{port}/metrics", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=5, context=tls) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, ""
+
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                status, text = fetch(basic("prometheus", PASSWORD))
+                if status == 200 and "DCGM_FI_DEV_GPU_TEMP{" in text:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "the HTTPS exporter never answered"
+            time.sleep(0.2)
+        assert fetch({})[0] == 401
+        assert fetch(basic("prometheus", "nope"))[0] == 401
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
