@@ -28,7 +28,6 @@ def group(config: BundleConfig) -> Group:
     xid_series = q.on("instance", *q.gpu_key, "GPU_I_ID", "xid")
     fb = {part: q.exporter(f"DCGM_FI_DEV_FB_{part}") for part in ("USED", "FREE", "RESERVED")}
     instance_key = (*q.gpu_key, "GPU_I_ID", "GPU_I_PROFILE")
-    utilization = q.exporter("DCGM_FI_DEV_GPU_UTIL", f'{q.pod}!=""')
     return Group(
         "kube-gpu-exporter-devices",
         (
@@ -169,9 +168,8 @@ def group(config: BundleConfig) -> Group:
             ),
             Alert(
                 "GPUAllocatedIdle",
-                f"max {q.by(*q.gpu_key, q.namespace, q.pod)} (max_over_time("
-                f"{utilization}[{th.idle_window}])) "
-                f"< {th.idle_utilization_percent:g}",
+                f"max {q.by(*q.gpu_key, 'GPU_I_ID', q.namespace, q.pod)} "
+                f"({q.busy_percent(over=th.idle_window)}) < {th.idle_utilization_percent:g}",
                 th.idle_for,
                 sev.info,
                 "A GPU is allocated to a pod that does not use it.",

@@ -112,7 +112,8 @@ def usage_group(config: BundleConfig) -> Group:
     ns, pod, host = q.namespace, q.pod, q.host
     th = config.thresholds
     allocation = q.exporter("kube_gpu_exporter_pod_device_allocation")
-    busy = q.exporter("DCGM_FI_DEV_GPU_UTIL", f'{pod}!=""')
+    # Whole GPUs by NVML utilization, MIG instances by GPM engine activity where available.
+    busy = q.busy_percent()
     owner = ("owner_kind", "owner_name")
     device = (host, "UUID", "GPU_I_ID")
     requests = q.ksm(
@@ -133,8 +134,8 @@ def usage_group(config: BundleConfig) -> Group:
             # `< bool` keeps a 0 for namespaces with no idle GPU, so panels show a flat line.
             Record(
                 NS_IDLE,
-                f"sum {q.by(ns)} (max {q.by(host, 'UUID', ns, pod)} "
-                f"(max_over_time({busy}[{th.idle_window}])) < bool "
+                f"sum {q.by(ns)} (max {q.by(host, 'UUID', 'GPU_I_ID', ns, pod)} "
+                f"({q.busy_percent(over=th.idle_window)}) < bool "
                 f"{th.idle_utilization_percent:g})",
             ),
             # Owners come from the exporter's Kubernetes enrichment (--kubernetes).

@@ -78,6 +78,17 @@ class Q:
         """A recording-rule series: already aggregated, so it carries no job, only the cluster."""
         return metric + "{" + ", ".join((*self._cluster_filter(), *extra)) + "}"
 
+    def busy_percent(self, *extra: str, over: str | None = None, fn: str = "max_over_time") -> str:
+        """How busy each device held by a pod is, in percent: NVML utilization on whole GPUs and,
+        where NVML has none (MIG instances), GPM's engine activity x 100 (Hopper and newer).
+        With `over`, each side becomes `fn(...[over])`, which a subquery would cost more."""
+        held = (f'{self.pod}!=""', *extra)
+        util = self.exporter("DCGM_FI_DEV_GPU_UTIL", *held)
+        gpm = self.exporter("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 'GPU_I_ID!=""', *held)
+        if over is not None:
+            util, gpm = f"{fn}({util}[{over}])", f"{fn}({gpm}[{over}])"
+        return f"({util} or 100 * {gpm})"
+
     def as_node(self, expr: str) -> str:
         """Copies the exporter's host label into `node`, the name kube-state-metrics joins on."""
         if self.host == self.node:

@@ -37,13 +37,8 @@ def cells(config: BundleConfig) -> list[Cell]:
         return f"sum by ({q.node}) ({q.recorded(record, node_filter, *extra)})"
 
     gpu_hours = "$__range_s / 3600"
-    idle_util = q.exporter(
-        "DCGM_FI_DEV_GPU_UTIL",
-        f'{q.pod}!=""',
-        ns_filter,
-        f'{q.host}=~"$node"',
-    )
-    device_labels = f"{q.namespace}, {q.pod}, {q.host}, gpu, UUID"
+    held_here = (ns_filter, f'{q.host}=~"$node"')
+    device_labels = f"{q.namespace}, {q.pod}, {q.host}, gpu, UUID, GPU_I_ID"
     return [
         row("Overview"),
         stat(
@@ -81,9 +76,10 @@ def cells(config: BundleConfig) -> list[Cell]:
         ),
         stat(
             "Allocated but idle",
-            f"Allocated GPUs whose utilization stayed below {th.idle_utilization_percent:g}% "
-            f"for the last {th.idle_window}. Whole GPUs only: MIG instances report no "
-            "utilization through NVML.",
+            f"Allocated GPUs and MIG instances whose utilization stayed below "
+            f"{th.idle_utilization_percent:g}% for the last {th.idle_window}. MIG instances "
+            "count where GPM engine activity exists (Hopper and newer); NVML has no utilization "
+            "for them.",
             "none",
             [target(total(r.NS_IDLE) + " or vector(0)")],
             steps=((None, "green"), (1, "orange")),
@@ -293,16 +289,18 @@ def cells(config: BundleConfig) -> list[Cell]:
         ),
         table(
             "Allocated GPUs by utilization, idlest first",
-            "Every allocated whole GPU with its average and peak utilization over the "
-            "dashboard's time range, lowest first: the top rows are GPUs paid for and unused.",
+            "Every allocated whole GPU, and MIG instance where GPM exists (Hopper and newer), "
+            "with its average and peak utilization over the dashboard's time range, lowest "
+            "first: the top rows are GPUs paid for and unused.",
             "percent",
             [
                 target(
-                    f"sort(avg by ({device_labels}) (avg_over_time({idle_util}[$__range])))",
+                    f"sort(avg by ({device_labels}) "
+                    f"({q.busy_percent(*held_here, over='$__range', fn='avg_over_time')}))",
                     table=True,
                 ),
                 target(
-                    f"max by ({device_labels}) (max_over_time({idle_util}[$__range]))",
+                    f"max by ({device_labels}) ({q.busy_percent(*held_here, over='$__range')})",
                     table=True,
                 ),
             ],
@@ -311,6 +309,7 @@ def cells(config: BundleConfig) -> list[Cell]:
                 q.pod: "Pod",
                 q.host: "Node",
                 "gpu": "GPU",
+                "GPU_I_ID": "MIG instance",
                 "Value #A": "Average %",
                 "Value #B": "Peak %",
             },
@@ -335,8 +334,8 @@ def cells(config: BundleConfig) -> list[Cell]:
         ),
         timeseries(
             "Idle allocated GPUs per namespace",
-            f"Allocated whole GPUs below {th.idle_utilization_percent:g}% utilization for "
-            f"{th.idle_window}, per namespace.",
+            f"Allocated GPUs and MIG instances (where GPM exists) below "
+            f"{th.idle_utilization_percent:g}% utilization for {th.idle_window}, per namespace.",
             "none",
             [
                 target(

@@ -87,7 +87,8 @@ def cells(config: BundleConfig) -> list[Cell]:
         ),
         gauge(
             "Utilization now",
-            "Current GPU utilization per whole GPU. MIG instances have none in NVML.",
+            "Current GPU utilization per whole GPU. MIG instances have none in NVML; see "
+            "Profiling for their GPM engine activity.",
             "percent",
             [target(d("DCGM_FI_DEV_GPU_UTIL"), "GPU {{gpu}}")],
             max_value=100,
@@ -136,6 +137,35 @@ def cells(config: BundleConfig) -> list[Cell]:
                 target(d("DCGM_FI_DEV_DEC_UTIL"), "decoder GPU {{gpu}}"),
             ],
             max_value=100,
+        ),
+        row("Profiling (NVML GPM, Hopper and newer)"),
+        timeseries(
+            "Engine and SM activity",
+            "From NVML GPU Performance Monitoring, per whole GPU and per MIG instance, where "
+            "plain utilization does not exist: share of time the graphics/compute engine was "
+            "active, share of cycles SMs had a warp, and warp occupancy. Empty before Hopper.",
+            "percentunit",
+            [
+                target(d("DCGM_FI_PROF_GR_ENGINE_ACTIVE"), "engine " + DEVICE_LEGEND),
+                target(d("DCGM_FI_PROF_SM_ACTIVE"), "SM " + DEVICE_LEGEND),
+                target(d("DCGM_FI_PROF_SM_OCCUPANCY"), "occupancy " + DEVICE_LEGEND),
+            ],
+            max_value=1,
+        ),
+        timeseries(
+            "Pipe and DRAM activity",
+            "Share of cycles the tensor, FP64, FP32 and FP16 pipes and the memory interface "
+            "were active (NVML GPM). Tensor-heavy means training or inference is using the "
+            "hardware it pays for.",
+            "percentunit",
+            [
+                target(d("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"), "tensor " + DEVICE_LEGEND),
+                target(d("DCGM_FI_PROF_PIPE_FP64_ACTIVE"), "fp64 " + DEVICE_LEGEND),
+                target(d("DCGM_FI_PROF_PIPE_FP32_ACTIVE"), "fp32 " + DEVICE_LEGEND),
+                target(d("DCGM_FI_PROF_PIPE_FP16_ACTIVE"), "fp16 " + DEVICE_LEGEND),
+                target(d("DCGM_FI_PROF_DRAM_ACTIVE"), "dram " + DEVICE_LEGEND),
+            ],
+            max_value=1,
         ),
         row("Temperature, power and clocks"),
         timeseries(

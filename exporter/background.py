@@ -6,6 +6,7 @@ Daemon, because a thread stuck inside a hung NVML call must never keep the proce
 from __future__ import annotations
 
 import threading
+import time
 
 
 class BackgroundThread:
@@ -30,4 +31,25 @@ class BackgroundThread:
         return self._thread is not None and self._thread.is_alive()
 
     def _run(self) -> None:
+        raise NotImplementedError
+
+
+class PeriodicSampler(BackgroundThread):
+    """A helper thread that runs `sample_once()` every interval and reports, node_exporter-style,
+    whether its last round succeeded and how long it took."""
+
+    def __init__(self, interval_seconds: float) -> None:
+        super().__init__()
+        self._interval = interval_seconds
+        self.last_success = True
+        self.last_duration_seconds = 0.0
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.sample_once()
+            self.last_duration_seconds = time.monotonic() - started
+            self._stop.wait(max(0.0, self._interval - self.last_duration_seconds))
+
+    def sample_once(self) -> None:
         raise NotImplementedError

@@ -153,6 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="Watch NVML events for XID errors (default on).",
     )
     add(
+        "--collector.gpm",
+        dest="gpm",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Profiling metrics (DCGM_FI_PROF_*) from NVML GPM, per GPU and per MIG instance, on "
+        "GPUs that support it (Hopper and newer; others are skipped). Default on.",
+    )
+    add(
         "--collector.mig-refresh-interval",
         dest="mig_refresh",
         type=_positive("interval", 1, 86400),
@@ -375,6 +383,7 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
         pcie_enabled=args.pcie,
         pcie_interval_seconds=args.pcie_interval,
         xid_enabled=args.xid,
+        gpm_enabled=args.gpm,
         mig_refresh_seconds=args.mig_refresh,
     )
     security = None

@@ -33,6 +33,8 @@ class CollectionConfig:
     pcie_interval_seconds: float = 15.0
     xid_enabled: bool = True
     mig_refresh_seconds: float = 60.0
+    # NVML GPM profiling metrics (DCGM_FI_PROF_*) on GPUs that support it (Hopper and newer).
+    gpm_enabled: bool = True
 
 
 @dataclass(frozen=True, slots=True)

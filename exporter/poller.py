@@ -26,6 +26,7 @@ from exporter.config import CollectionConfig
 from exporter.nvml.binding import GPU_GONE, NVMLError, error_name
 from exporter.nvml.device_reader import DeviceReader
 from exporter.nvml.error_tally import ErrorTally
+from exporter.nvml.gpm_sampler import GpmSampler, GpmTarget
 from exporter.nvml.guarded_calls import GuardedNvml
 from exporter.nvml.mig_reader import MigReader
 from exporter.nvml.pcie_sampler import PcieSampler
@@ -108,6 +109,7 @@ class Poller(BackgroundThread):
         self._pcie = (
             PcieSampler(self._nvml, config.pcie_interval_seconds) if config.pcie_enabled else None
         )
+        self._gpm = GpmSampler(self._nvml, config.interval_seconds) if config.gpm_enabled else None
         self._workers = DaemonWorkers(workers, "nvml-device")
         self._sweep_lock = threading.Lock()
 
@@ -127,7 +129,7 @@ class Poller(BackgroundThread):
 
     def stop(self, timeout: float = 3.0) -> None:
         super().stop(timeout)
-        for helper in (self._xid, self._pcie):
+        for helper in (self._xid, self._pcie, self._gpm):
             if helper is not None:
                 helper.stop(timeout)
         self._workers.shutdown()
@@ -187,6 +189,10 @@ class Poller(BackgroundThread):
         if self._pcie is not None:
             collectors.append(
                 CollectorStatus("pcie", self._pcie.last_success, self._pcie.last_duration_seconds)
+            )
+        if self._gpm is not None:
+            collectors.append(
+                CollectorStatus("gpm", self._gpm.last_success, self._gpm.last_duration_seconds)
             )
         return NodeSnapshot(
             taken_at=now,
@@ -273,12 +279,17 @@ class Poller(BackgroundThread):
             if pcie is not None:
                 readings = replace(readings, pcie_tx_kbps=pcie[0], pcie_rx_kbps=pcie[1])
         gpu_xid = self._xid_book.gpu_record(identity.uuid)
+        profiling, instance_profiling = (
+            self._gpm.latest(identity.uuid) if self._gpm is not None else (None, ())
+        )
         return GpuSnapshot(
             identity,
             up=True,
             readings=readings,
             mig_instances=instances,
             instance_xids=self._xid_book.instance_records(identity.uuid),
+            profiling=profiling,
+            instance_profiling=instance_profiling,
             **({"xid": gpu_xid} if gpu_xid is not None else {}),
         )
 
@@ -317,6 +328,20 @@ class Poller(BackgroundThread):
             self._xid.watch([i.index for i in live])
         if self._pcie is not None:
             self._pcie.sample([(i.index, i.uuid) for i in live])
+        if self._gpm is not None:
+            self._gpm.sample(
+                [
+                    GpmTarget(
+                        g.identity.index,
+                        g.identity.uuid,
+                        tuple(m.gpu_instance_id for m in g.mig_instances)
+                        if g.identity.mig_enabled
+                        else None,
+                    )
+                    for g in gpus
+                    if g.up
+                ]
+            )
 
     # NVML library state
 
@@ -336,7 +361,7 @@ class Poller(BackgroundThread):
         self._init_backoff.succeeded()
         self._last_init_error = None
         log.info("NVML initialised, driver %s", self._driver_version)
-        for helper in (self._xid, self._pcie):
+        for helper in (self._xid, self._pcie, self._gpm):
             if helper is not None:
                 helper.start()
 
@@ -346,5 +371,7 @@ class Poller(BackgroundThread):
         self._handles.clear()
         self._identities.clear()
         self._mig.invalidate()
+        if self._gpm is not None:
+            self._gpm.invalidate()
         with contextlib.suppress(NVMLError):
             pynvml.nvmlShutdown()

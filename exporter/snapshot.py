@@ -70,6 +70,25 @@ class GpuReadings:
 
 
 @dataclass(frozen=True, slots=True)
+class ProfilingReadings:
+    """NVML GPM averages over the last sampling interval, in dcgm-exporter's profiling units:
+    ratios 0-1 of time (or of capacity) active, and bytes per second."""
+
+    graphics_active: float | None = None
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    fp64_active: float | None = None
+    fp32_active: float | None = None
+    fp16_active: float | None = None
+    dram_active: float | None = None
+    pcie_tx_bytes: float | None = None
+    pcie_rx_bytes: float | None = None
+    nvlink_tx_bytes: float | None = None
+    nvlink_rx_bytes: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class MigInstance:
     """One MIG device (a GPU instance with its compute instance) on a MIG-enabled GPU."""
 
@@ -110,6 +129,14 @@ class GpuSnapshot:
     # True when this device's read did not finish in time and its values are from an earlier sweep.
     stale: bool = False
     error: str | None = None
+    # GPM, where the device supports it: the whole GPU, and per GPU-instance id on MIG.
+    profiling: ProfilingReadings | None = None
+    instance_profiling: tuple[tuple[int, ProfilingReadings], ...] = ()
+
+    def profiling_of(self, gpu_instance_id: int | None) -> ProfilingReadings | None:
+        if gpu_instance_id is None:
+            return self.profiling
+        return dict(self.instance_profiling).get(gpu_instance_id)
 
     def instance_xid(self, gpu_instance_id: int) -> XidRecord:
         for gi, record in self.instance_xids:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-
-from exporter.snapshot import GpuReadings
+from typing import Any
 
 MIB = 1 << 20
 
@@ -18,7 +17,8 @@ class DcgmFamily:
     name: str
     kind: str
     help: str
-    value: Callable[[GpuReadings], Value]
+    # Reads GpuReadings for FAMILIES, ProfilingReadings for PROFILING_FAMILIES.
+    value: Callable[[Any], Value]
     # dcgm-exporter prints DCGM doubles with six decimals.
     fixed: bool = False
 
@@ -199,6 +199,70 @@ FAMILIES: tuple[DcgmFamily, ...] = (
         lambda r: r.remapped_rows_failure,
     ),
 )
+
+
+def _profiling(name: str, help_text: str, field: str) -> DcgmFamily:
+    return DcgmFamily(name, "gauge", help_text, lambda p: getattr(p, field), fixed=True)
+
+
+# DCGM's profiling (DCP) fields 1001-1012, filled from NVML GPM instead of DCGM.
+PROFILING_FAMILIES: tuple[DcgmFamily, ...] = (
+    _profiling(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "Ratio of time the graphics engine is active.",
+        "graphics_active",
+    ),
+    _profiling(
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "The ratio of cycles an SM has at least 1 warp assigned.",
+        "sm_active",
+    ),
+    _profiling(
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+        "The ratio of number of warps resident on an SM.",
+        "sm_occupancy",
+    ),
+    _profiling(
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "Ratio of cycles the tensor (HMMA) pipe is active.",
+        "tensor_active",
+    ),
+    _profiling(
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "Ratio of cycles the device memory interface is active sending or receiving data.",
+        "dram_active",
+    ),
+    _profiling(
+        "DCGM_FI_PROF_PIPE_FP64_ACTIVE", "Ratio of cycles the fp64 pipes are active.", "fp64_active"
+    ),
+    _profiling(
+        "DCGM_FI_PROF_PIPE_FP32_ACTIVE", "Ratio of cycles the fp32 pipes are active.", "fp32_active"
+    ),
+    _profiling(
+        "DCGM_FI_PROF_PIPE_FP16_ACTIVE", "Ratio of cycles the fp16 pipes are active.", "fp16_active"
+    ),
+    _profiling(
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "The rate of data transmitted over the PCIe bus, in bytes per second.",
+        "pcie_tx_bytes",
+    ),
+    _profiling(
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "The rate of data received over the PCIe bus, in bytes per second.",
+        "pcie_rx_bytes",
+    ),
+    _profiling(
+        "DCGM_FI_PROF_NVLINK_TX_BYTES",
+        "The rate of data transmitted over NVLink, in bytes per second.",
+        "nvlink_tx_bytes",
+    ),
+    _profiling(
+        "DCGM_FI_PROF_NVLINK_RX_BYTES",
+        "The rate of data received over NVLink, in bytes per second.",
+        "nvlink_rx_bytes",
+    ),
+)
+
 
 XID_GAUGE = "DCGM_FI_DEV_XID_ERRORS"
 XID_GAUGE_HELP = "Value of the last XID error encountered."

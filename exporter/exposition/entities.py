@@ -3,7 +3,8 @@
 dcgm-exporter's default "flex" mode monitors a MIG-enabled GPU only through its GPU instances, and
 a plain GPU as a whole. Each instance repeats its parent's `gpu`, `UUID`, `pci_bus_id`, `device`
 and `modelName`, adds `GPU_I_PROFILE` and `GPU_I_ID`, carries its own framebuffer figures and
-repeats the board-level ones (temperature, power, clocks). Utilization does not exist on MIG.
+repeats the board-level ones (temperature, power, clocks). Utilization does not exist on MIG;
+GPM's profiling metrics do, per instance, on Hopper and newer.
 
 Pod labels follow the holders from pod-resources: one container holding a device gives its series
 `container`, `namespace` and `pod`, as dcgm-exporter does. A device shared by several containers
@@ -23,6 +24,7 @@ from exporter.snapshot import (
     GpuSnapshot,
     MigInstance,
     NodeSnapshot,
+    ProfilingReadings,
     XidRecord,
 )
 
@@ -35,6 +37,7 @@ class Entity:
     readings: GpuReadings
     xid: XidRecord
     holders: tuple[Holder, ...] = ()
+    profiling: ProfilingReadings | None = None
 
 
 def host_labels(config: LabelConfig) -> Labels:
@@ -125,7 +128,9 @@ def _device_entities(snapshot: NodeSnapshot, config: LabelConfig) -> list[Entity
             ("modelName", ident.name),
         )
         if not ident.mig_enabled:
-            entities.append(Entity(gpu, None, base + host + driver, gpu.readings, gpu.xid))
+            entities.append(
+                Entity(gpu, None, base + host + driver, gpu.readings, gpu.xid, (), gpu.profiling)
+            )
             continue
         for inst in gpu.mig_instances:
             labels = (
@@ -147,5 +152,6 @@ def _device_entities(snapshot: NodeSnapshot, config: LabelConfig) -> list[Entity
                 decoder_util_pct=None,
             )
             xid = merge_xid(gpu.xid, gpu.instance_xid(inst.gpu_instance_id))
-            entities.append(Entity(gpu, inst, labels, readings, xid))
+            profiling = gpu.profiling_of(inst.gpu_instance_id)
+            entities.append(Entity(gpu, inst, labels, readings, xid, (), profiling))
     return entities

@@ -9,6 +9,7 @@ from __future__ import annotations
 import platform
 from collections.abc import Iterator
 from importlib import metadata
+from typing import Any
 
 from exporter import __version__
 from exporter.config import LabelConfig
@@ -21,6 +22,7 @@ from exporter.exposition.context import NO_CONTEXT, AttributionContext
 from exporter.exposition.dcgm_families import (
     CLOCK_EVENTS,
     FAMILIES,
+    PROFILING_FAMILIES,
     XID_COUNTER,
     XID_COUNTER_HELP,
     XID_GAUGE,
@@ -60,10 +62,16 @@ class Renderer:
         attribution = attribute(snapshot, context.pods)
         entities = dcgm_entities(snapshot, self._labels, attribution)
         bodies = [label_body(e.labels) for e in entities]
-        for family in FAMILIES:
-            out.family(
-                family.name, family.kind, family.help, self._dcgm_samples(family, entities, bodies)
-            )
+        readings = [e.readings for e in entities]
+        profiling = [e.profiling for e in entities]
+        for families, sources in ((FAMILIES, readings), (PROFILING_FAMILIES, profiling)):
+            for family in families:
+                out.family(
+                    family.name,
+                    family.kind,
+                    family.help,
+                    self._dcgm_samples(family, sources, bodies),
+                )
         self._xid(out, entities, bodies)
         self._self_metrics(out, snapshot, context)
         render_capacity(out, snapshot, context, self._labels)
@@ -74,10 +82,12 @@ class Renderer:
 
     @staticmethod
     def _dcgm_samples(
-        family: DcgmFamily, entities: list[Entity], bodies: list[str]
+        family: DcgmFamily, sources: list[Any], bodies: list[str]
     ) -> Iterator[tuple[str, str]]:
-        for entity, body in zip(entities, bodies, strict=True):
-            value = family.value(entity.readings)
+        for source, body in zip(sources, bodies, strict=True):
+            if source is None:
+                continue
+            value = family.value(source)
             if value is not None:
                 yield body, format_value(value, family.fixed)
 

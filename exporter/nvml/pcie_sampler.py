@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Sequence
 
 import pynvml
 
-from exporter.background import BackgroundThread
+from exporter.background import PeriodicSampler
 from exporter.nvml.binding import GPU_GONE, NVMLError
 from exporter.nvml.guarded_calls import GuardedNvml
 
@@ -22,18 +21,15 @@ log = logging.getLogger(__name__)
 PcieReading = tuple[int | None, int | None]  # (tx KB/s, rx KB/s)
 
 
-class PcieSampler(BackgroundThread):
+class PcieSampler(PeriodicSampler):
     thread_name = "pcie-sampler"
 
     def __init__(self, nvml: GuardedNvml, interval_seconds: float) -> None:
-        super().__init__()
+        super().__init__(interval_seconds)
         self._nvml = nvml
-        self._interval = interval_seconds
         self._lock = threading.Lock()
         self._targets: tuple[tuple[int, str], ...] = ()
         self._latest: dict[str, PcieReading] = {}
-        self.last_duration_seconds = 0.0
-        self.last_success = True
 
     def sample(self, targets: Sequence[tuple[int, str]]) -> None:
         """Set the (index, uuid) pairs to sample."""
@@ -42,13 +38,6 @@ class PcieSampler(BackgroundThread):
 
     def latest(self, uuid: str) -> PcieReading | None:
         return self._latest.get(uuid)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            self.sample_once()
-            self.last_duration_seconds = time.monotonic() - started
-            self._stop.wait(max(0.0, self._interval - self.last_duration_seconds))
 
     def sample_once(self) -> None:
         with self._lock:

@@ -25,13 +25,24 @@ from typing import Any
 
 import pynvml
 
+from exporter.simulator import gpm_model
 from exporter.simulator.faults import CallFaults
 from exporter.simulator.fleet import FleetSpec
 from exporter.simulator.sim_gpu import MIB, SimGpu, SimMigInstance
 from exporter.simulator.workload import SHAPES
 
 # NVML symbols newer than some drivers: calling them on an older driver is FunctionNotFound.
+# GPM arrived with R520.
+_GPM_CALLS = (
+    "nvmlGpmQueryDeviceSupport",
+    "nvmlGpmSampleAlloc",
+    "nvmlGpmSampleFree",
+    "nvmlGpmSampleGet",
+    "nvmlGpmMigSampleGet",
+    "nvmlGpmMetricsGet",
+)
 MIN_DRIVER_FOR = {
+    **dict.fromkeys(_GPM_CALLS, 520),
     "nvmlDeviceGetCurrentClocksEventReasons": 535,
     "nvmlDeviceGetTemperatureV": 575,
     "nvmlDeviceGetMemoryInfo_v2": 510,
@@ -40,6 +51,7 @@ NO_INSTANCE = 0xFFFFFFFF
 _GPU_HANDLE_STRIDE = 0x10000
 _MIG_HANDLE_STRIDE = 0x100
 _EVENT_SET_BASE = 0x7E570000
+_GPM_SAMPLE_BASE = 0x69500000
 EVENT_QUEUE_DEPTH = 4096
 _BASE_EVENTS = (
     pynvml.nvmlEventTypeXidCriticalError
@@ -75,6 +87,15 @@ def _api(*, device: bool = True, on_mig: str = "unsupported", name: str | None =
 
 
 @dataclass
+class _GpmSample:
+    """What one allocated GPM sample buffer holds: nothing until nvmlGpm*SampleGet fills it."""
+
+    gpu: int | None = None
+    gpu_instance_id: int | None = None
+    taken_at: float | None = None
+
+
+@dataclass
 class _EventSet:
     address: int
     cond: threading.Condition = field(default_factory=threading.Condition)
@@ -101,6 +122,9 @@ class FakeNvml:
         self._event_sets: dict[int, _EventSet] = {}
         self._event_lock = threading.Lock()
         self._next_event_set = 1
+        self._gpm_samples: dict[int, _GpmSample] = {}
+        self._gpm_lock = threading.Lock()
+        self._next_gpm_sample = 1
         self._saved: dict[str, Any] = {}
         self.call_latency_s = fleet.call_latency_us / 1e6
         self.pcie_window_s = fleet.pcie_window_ms / 1e3
@@ -312,6 +336,104 @@ class FakeNvml:
                     )
                 )
                 event_set.cond.notify()
+
+    # ---- GPU Performance Monitoring (Hopper and newer) ----
+
+    @property
+    def gpm_samples_allocated(self) -> int:
+        """Sample buffers allocated and not yet freed: a leak check for tests."""
+        with self._gpm_lock:
+            return len(self._gpm_samples)
+
+    def _gpm_sample(self, sample: Any) -> _GpmSample:
+        try:
+            address = ctypes.cast(sample, ctypes.c_void_p).value or 0
+        except (TypeError, ctypes.ArgumentError):
+            raise pynvml.NVMLError_InvalidArgument() from None
+        with self._gpm_lock:
+            found = self._gpm_samples.get(address)
+        if found is None:
+            raise pynvml.NVMLError_InvalidArgument()
+        return found
+
+    @_api(on_mig="unsupported")
+    def nvmlGpmQueryDeviceSupport(self, gpu: SimGpu, instance: None) -> Any:
+        support = pynvml.c_nvmlGpmSupport_t()
+        support.version = pynvml.NVML_GPM_SUPPORT_VERSION
+        support.isSupportedDevice = int(gpu.model.gpm_supported)
+        return support
+
+    @_api(device=False)
+    def nvmlGpmSampleAlloc(self) -> Any:
+        with self._gpm_lock:
+            address = _GPM_SAMPLE_BASE + self._next_gpm_sample * 0x100
+            self._next_gpm_sample += 1
+            self._gpm_samples[address] = _GpmSample()
+        return ctypes.cast(ctypes.c_void_p(address), pynvml.c_nvmlGpmSample_t)
+
+    @_api(device=False)
+    def nvmlGpmSampleFree(self, sample: Any) -> None:
+        address = ctypes.cast(sample, ctypes.c_void_p).value or 0
+        with self._gpm_lock:
+            if self._gpm_samples.pop(address, None) is None:
+                raise pynvml.NVMLError_InvalidArgument()
+
+    @_api(on_mig="unsupported")
+    def nvmlGpmSampleGet(self, gpu: SimGpu, instance: None, sample: Any) -> Any:
+        record = self._gpm_sample(sample)
+        if not gpu.model.gpm_supported:
+            raise pynvml.NVMLError_NotSupported()
+        record.gpu, record.gpu_instance_id, record.taken_at = gpu.index, None, self.now()
+        return sample
+
+    @_api(on_mig="unsupported")
+    def nvmlGpmMigSampleGet(self, gpu: SimGpu, instance: None, gi: int, sample: Any) -> Any:
+        record = self._gpm_sample(sample)
+        if not gpu.model.gpm_supported or not gpu.mig_enabled:
+            raise pynvml.NVMLError_NotSupported()
+        if gi not in {m.gpu_instance_id for m in gpu.live_instances()}:
+            raise pynvml.NVMLError_NotFound()
+        record.gpu, record.gpu_instance_id, record.taken_at = gpu.index, gi, self.now()
+        return sample
+
+    @_api(device=False)
+    def nvmlGpmMetricsGet(self, request: Any) -> Any:
+        if request.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        first, second = self._gpm_sample(request.sample1), self._gpm_sample(request.sample2)
+        if (
+            first.taken_at is None
+            or second.taken_at is None
+            or (first.gpu, first.gpu_instance_id) != (second.gpu, second.gpu_instance_id)
+            or second.taken_at <= first.taken_at
+            or not 0 < request.numMetrics <= pynvml.NVML_GPM_METRIC_MAX
+        ):
+            raise pynvml.NVMLError_InvalidArgument()
+        assert first.gpu is not None
+        gpu = self.gpus[first.gpu]
+        if gpu.lost:
+            raise pynvml.NVMLError_GpuIsLost()
+        instance = None
+        if first.gpu_instance_id is not None:
+            instance = next(
+                (m for m in gpu.live_instances() if m.gpu_instance_id == first.gpu_instance_id),
+                None,
+            )
+            if instance is None:
+                raise pynvml.NVMLError_NotFound()
+        for i in range(request.numMetrics):
+            metric = request.metrics[i]
+            value = gpm_model.metric_value(
+                metric.metricId, gpu, instance, first.taken_at, second.taken_at
+            )
+            if value is None:
+                metric.nvmlReturn, metric.value = pynvml.NVML_ERROR_NOT_SUPPORTED, 0.0
+                continue
+            metric.nvmlReturn, metric.value = pynvml.NVML_SUCCESS, value
+            short, long, unit = gpm_model.metric_names(metric.metricId)
+            metric.metricInfo.shortName, metric.metricInfo.longName = short, long
+            metric.metricInfo.unit = unit
+        return request
 
     # ---- Library and system ----
 

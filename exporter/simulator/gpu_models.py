@@ -57,6 +57,11 @@ class GpuModel:
     def row_remapping(self) -> bool:
         return self.architecture >= ARCH_AMPERE
 
+    @property
+    def gpm_supported(self) -> bool:
+        """NVML GPU Performance Monitoring exists from Hopper on; Ada, Ampere and older say no."""
+        return self.architecture >= ARCH_HOPPER
+
     def profile(self, name: str) -> MigProfile | None:
         return next((p for p in self.mig_profiles if p.name == name), None)
 

@@ -158,3 +158,17 @@ def test_stopped_exporter_fires_target_down(stack, node):
         stack.exporter.stop,
         stack.exporter.start,
     )
+
+
+def test_idle_mig_instance_fires_through_gpm_engine_activity(stack, node):
+    # NVML has no utilization on MIG; GPM's engine activity (Hopper) is what shows it idle.
+    gpu = next(g for g in node["gpus"] if g["mig_enabled"] and g["pods"])
+    namespace, pod_name = gpu["pods"][0].split("/")
+    alert = fire_and_resolve(
+        stack,
+        "GPUAllocatedIdle",
+        {**gpu_labels(node, gpu), "namespace": namespace, "pod": pod_name, "severity": "info"},
+        lambda: stack.inject(gpu["index"], "workload", workload="idle"),
+        lambda: stack.inject(gpu["index"], "workload", workload=gpu["workload"]),
+    )
+    assert alert["labels"]["GPU_I_ID"].isdigit()

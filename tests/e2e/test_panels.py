@@ -33,7 +33,8 @@ def warm(stack):
     wait_until(
         lambda: stack.api.query(
             f'DCGM_EXP_XID_ERRORS_TOTAL{{xid="{WARM_UP_XID}"}} '
-            'and on () count_over_time(up{job="kube-gpu-exporter"}[1m]) > 12'
+            'and on () count_over_time(up{job="kube-gpu-exporter"}[1m]) > 12 '
+            "and on () count_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE[1m]) > 4"
         ),
         60,
         "the XID and a dozen scrapes",

@@ -1,0 +1,214 @@
+"""Profiling metrics from NVML GPU Performance Monitoring (GPM, Hopper and newer), per GPU and per
+MIG instance, sampled in their own thread.
+
+GPM needs no DCGM, no SYS_ADMIN and does not fight Nsight or CUPTI. Each entity (a whole GPU, or
+one GPU instance of a MIG GPU) owns two sample buffers, allocated once: every interval the older
+buffer is refilled, and the metrics are what happened between the two. Buffers are freed when
+their entity goes away (GPU lost, MIG instance removed) and on stop, so nothing leaks however long
+the exporter runs. A device that does not support GPM is asked once and then left alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml
+
+from exporter.background import PeriodicSampler
+from exporter.nvml.binding import GPU_GONE, PERMANENTLY_UNAVAILABLE, NVMLError, error_name
+from exporter.nvml.guarded_calls import GuardedNvml
+from exporter.snapshot import ProfilingReadings
+
+log = logging.getLogger(__name__)
+
+MIB = 1 << 20
+PERCENT = 0.01
+# GPM metric id -> (ProfilingReadings field, factor from GPM's unit to dcgm-exporter's).
+METRICS: tuple[tuple[int, str, float], ...] = (
+    (pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL, "graphics_active", PERCENT),
+    (pynvml.NVML_GPM_METRIC_SM_UTIL, "sm_active", PERCENT),
+    (pynvml.NVML_GPM_METRIC_SM_OCCUPANCY, "sm_occupancy", PERCENT),
+    (pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL, "tensor_active", PERCENT),
+    (pynvml.NVML_GPM_METRIC_FP64_UTIL, "fp64_active", PERCENT),
+    (pynvml.NVML_GPM_METRIC_FP32_UTIL, "fp32_active", PERCENT),
+    (pynvml.NVML_GPM_METRIC_FP16_UTIL, "fp16_active", PERCENT),
+    (pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL, "dram_active", PERCENT),
+    (pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC, "pcie_tx_bytes", MIB),
+    (pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC, "pcie_rx_bytes", MIB),
+    (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, "nvlink_tx_bytes", MIB),
+    (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, "nvlink_rx_bytes", MIB),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GpmTarget:
+    index: int
+    uuid: str
+    # None: a whole GPU. A tuple: the GPU-instance ids of a MIG-enabled GPU.
+    gpu_instance_ids: tuple[int, ...] | None = None
+
+
+# (GPU uuid, GPU-instance id or None for the whole GPU)
+EntityKey = tuple[str, int | None]
+Latest = tuple[ProfilingReadings | None, tuple[tuple[int, ProfilingReadings], ...]]
+
+
+@dataclass
+class _Buffers:
+    samples: list[Any]
+    turn: int = 0
+    filled: int = 0
+
+
+@dataclass
+class _Round:
+    readings: dict[EntityKey, ProfilingReadings] = field(default_factory=dict)
+    ok: bool = True
+
+
+class GpmSampler(PeriodicSampler):
+    thread_name = "gpm-sampler"
+
+    def __init__(self, nvml: GuardedNvml, interval_seconds: float) -> None:
+        super().__init__(interval_seconds)
+        self._nvml = nvml
+        self._targets: tuple[GpmTarget, ...] = ()
+        self._lock = threading.Lock()  # guards the buffers against invalidate() and stop()
+        self._buffers: dict[EntityKey, _Buffers] = {}
+        self._supported: dict[str, bool] = {}
+        self._latest: dict[EntityKey, ProfilingReadings] = {}
+        self._request = pynvml.c_nvmlGpmMetricsGet_t()
+
+    # What the poller sees
+
+    def sample(self, targets: Sequence[GpmTarget]) -> None:
+        self._targets = tuple(targets)
+
+    def latest(self, uuid: str) -> Latest:
+        latest = self._latest  # swapped whole, never mutated: safe without the lock
+        board = latest.get((uuid, None))
+        instances = tuple(
+            sorted((gi, r) for (u, gi), r in latest.items() if u == uuid and gi is not None)
+        )
+        return board, instances
+
+    @property
+    def buffers_allocated(self) -> int:
+        with self._lock:
+            return sum(len(b.samples) for b in self._buffers.values())
+
+    # Lifecycle
+
+    def stop(self, timeout: float = 5.0) -> None:
+        super().stop(timeout)
+        if not self.alive:  # a thread stuck in NVML keeps its buffers; freeing them could crash
+            with self._lock:
+                self._free(list(self._buffers))
+
+    def invalidate(self) -> None:
+        """NVML was shut down underneath us: every buffer is gone with it, nothing to free."""
+        with self._lock:
+            self._buffers.clear()
+            self._supported.clear()
+        self._latest = {}
+
+    # One round
+
+    def sample_once(self) -> None:
+        targets = self._targets
+        round_ = _Round()
+        with self._lock:
+            wanted: set[EntityKey] = set()
+            for target in targets:
+                try:
+                    wanted |= self._sample_device(target, round_)
+                except GPU_GONE:
+                    round_.ok = False
+                except NVMLError as exc:
+                    log.debug("GPM sampling of GPU %d failed: %s", target.index, exc)
+                    round_.ok = False
+            self._free([key for key in self._buffers if key not in wanted])
+        self._latest = round_.readings
+        self.last_success = round_.ok
+
+    def _sample_device(self, target: GpmTarget, round_: _Round) -> set[EntityKey]:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(target.index)
+        if not self._is_supported(target.uuid, handle):
+            return set()
+        keys: list[EntityKey] = (
+            [(target.uuid, None)]
+            if target.gpu_instance_ids is None
+            else [(target.uuid, gi) for gi in target.gpu_instance_ids]
+        )
+        for key in keys:
+            try:
+                readings = self._sample_entity(key, handle)
+            except PERMANENTLY_UNAVAILABLE as exc:
+                log.info("%s: GPM sampling is %s; not asking again", target.uuid, error_name(exc))
+                self._supported[target.uuid] = False
+                return set()
+            except pynvml.NVMLError_NotFound:
+                continue  # the MIG instance went away between the sweep and this round
+            if readings is not None:
+                round_.readings[key] = readings
+        return set(keys)
+
+    def _is_supported(self, uuid: str, handle: Any) -> bool:
+        known = self._supported.get(uuid)
+        if known is not None:
+            return known
+        support = self._nvml.call(uuid, "gpm_support", "nvmlGpmQueryDeviceSupport", handle)
+        if support is None:
+            # NOT_SUPPORTED or an old driver is remembered by the guard; anything else: next round.
+            if self._nvml.is_unavailable(uuid, "gpm_support:0"):
+                self._supported[uuid] = False
+            return False
+        self._supported[uuid] = bool(support.isSupportedDevice)
+        if not support.isSupportedDevice:
+            log.info("%s: no GPM on this GPU; profiling metrics skipped", uuid)
+        return self._supported[uuid]
+
+    def _sample_entity(self, key: EntityKey, handle: Any) -> ProfilingReadings | None:
+        buffers = self._buffers.get(key)
+        if buffers is None:
+            buffers = _Buffers([self._nvml.raw("nvmlGpmSampleAlloc") for _ in range(2)])
+            self._buffers[key] = buffers
+        sample = buffers.samples[buffers.turn]
+        _uuid, gi = key
+        if gi is None:
+            self._nvml.raw("nvmlGpmSampleGet", handle, sample)
+        else:
+            self._nvml.raw("nvmlGpmMigSampleGet", handle, gi, sample)
+        buffers.filled = min(2, buffers.filled + 1)
+        older = buffers.samples[1 - buffers.turn]
+        buffers.turn = 1 - buffers.turn
+        if buffers.filled < 2:
+            return None
+        return self._metrics(older, sample)
+
+    def _metrics(self, older: Any, newer: Any) -> ProfilingReadings:
+        request = self._request
+        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(METRICS)
+        request.sample1, request.sample2 = older, newer
+        for i, (metric_id, _field, _factor) in enumerate(METRICS):
+            request.metrics[i].metricId = metric_id
+        self._nvml.raw("nvmlGpmMetricsGet", request)
+        values: dict[str, float] = {}
+        for i, (_metric_id, name, factor) in enumerate(METRICS):
+            metric = request.metrics[i]
+            if metric.nvmlReturn == pynvml.NVML_SUCCESS:
+                values[name] = max(0.0, metric.value * factor)
+        return ProfilingReadings(**values)
+
+    def _free(self, keys: list[EntityKey]) -> None:
+        for key in keys:
+            buffers = self._buffers.pop(key, None)
+            for sample in buffers.samples if buffers else ():
+                with contextlib.suppress(NVMLError):
+                    pynvml.nvmlGpmSampleFree(sample)
