@@ -430,6 +430,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         _fail(str(exc))
     configure_logging(config.log_level, config.log_format)
+    # Logged only now, in the chosen format; a bad file has already failed with one line.
+    for warning in config.web.security.warnings if config.web.security else ():
+        log.warning(warning)
     from exporter.app import run
 
     try:

@@ -101,7 +101,8 @@ def build_app(
     store: ExpositionStore, config: WebConfig, poller_alive: Callable[[], bool]
 ) -> web.Application:
     handlers = Handlers(store, config, poller_alive)
-    app = web.Application(middlewares=security_middlewares(config))
+    cleanups: list[Callable[[], None]] = []
+    app = web.Application(middlewares=security_middlewares(config, cleanups))
     app[STORE_KEY] = store
     app.router.add_get(config.telemetry_path, handlers.metrics)
     app.router.add_get("/healthz", handlers.healthz)
@@ -109,11 +110,18 @@ def build_app(
     app.router.add_get("/readyz", handlers.readyz)
     if config.telemetry_path != "/":
         app.router.add_get("/", handlers.index)
+    for cleanup in cleanups:
+
+        async def run_cleanup(_app: web.Application, cleanup=cleanup) -> None:
+            cleanup()
+
+        app.on_cleanup.append(run_cleanup)
     return app
 
 
-def security_middlewares(config: WebConfig) -> list:
-    """Client-name check, then basic auth, as --web.config.file asks; none without it."""
+def security_middlewares(config: WebConfig, cleanups: list[Callable[[], None]]) -> list:
+    """Client-name check, then basic auth, as --web.config.file asks; none without it. What
+    must be closed with the app (basic auth's thread pool) goes into `cleanups`."""
     security = config.security
     if security is None:
         return []
@@ -126,7 +134,9 @@ def security_middlewares(config: WebConfig) -> list:
     if security.basic_auth_users:
         from exporter.webconfig.basic_auth import BasicAuth
 
-        middlewares.append(BasicAuth(security.basic_auth_users).middleware)
+        auth = BasicAuth(security.basic_auth_users)
+        cleanups.append(auth.close)
+        middlewares.append(auth.middleware)
     return middlewares
 
 

@@ -8,6 +8,7 @@ import base64
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -18,6 +19,7 @@ import bcrypt
 import pytest
 import yaml
 from aiohttp import web
+from cryptography.hazmat.primitives import serialization
 
 from exporter.config import ConfigurationError, WebConfig
 from exporter.server import build_app
@@ -169,11 +171,59 @@ async def test_min_version_is_enforced(serve, certs, tmp_path):
 
 def bad_files(certs: Certificates) -> list[tuple[str, object, str]]:
     tls = tls_section(certs)
+    directory = certs.ca.cert.parent
+    garbage = directory / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    encrypted = directory / "encrypted.key"
+    key = serialization.load_pem_private_key(certs.server.key.read_bytes(), None)
+    encrypted.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"secret"),
+        )
+    )
     return [
         (
+            # An ignored key beside the error: still exactly one line.
             "missing cert",
-            {"tls_server_config": {**tls, "cert_file": "/nonexistent/x.crt"}},
+            {
+                "tls_server_config": {
+                    **tls,
+                    "cert_file": "/nonexistent/x.crt",
+                    "cipher_suites": ["TLS_AES_128_GCM_SHA256"],
+                }
+            },
             "tls_server_config.cert_file: /nonexistent/x.crt does not exist",
+        ),
+        (
+            "cert not PEM",
+            {"tls_server_config": {**tls, "cert_file": str(garbage)}},
+            f"tls_server_config.cert_file: {garbage} holds no PEM certificate",
+        ),
+        (
+            "key is a certificate",
+            {"tls_server_config": {**tls, "key_file": str(certs.server.cert)}},
+            f"tls_server_config.key_file: {certs.server.cert} holds no PEM private key",
+        ),
+        (
+            "encrypted key",
+            {"tls_server_config": {**tls, "key_file": str(encrypted)}},
+            "tls_server_config.key_file: " + f"{encrypted}: encrypted private keys are not",
+        ),
+        (
+            "CA not PEM",
+            {
+                "tls_server_config": tls_section(
+                    certs, client_auth_type="VerifyClientCertIfGiven", client_ca_file=str(garbage)
+                )
+            },
+            "tls_server_config.client_ca_file: " + f"{garbage} holds no PEM certificate",
+        ),
+        (
+            "unknown key in headers section",
+            {"http_server_config": {"header": {"X-A": "b"}}},
+            "http_server_config.header: unknown key",
         ),
         ("malformed YAML", "tls_server_config: [unclosed\n", "not valid YAML at line"),
         ("unknown top key", {"tls_config": tls}, "tls_config: unknown key"),
@@ -208,6 +258,11 @@ def bad_files(certs: Certificates) -> list[tuple[str, object, str]]:
             "do not load",
         ),
         ("rate limit", {"rate_limit": {"interval": "1s", "burst": 5}}, "rate_limit: not supported"),
+        (
+            "client auth type refused",
+            {"tls_server_config": {**tls, "client_auth_type": "RequireAnyClientCert"}},
+            "use VerifyClientCertIfGiven or RequireAndVerifyClientCert",
+        ),
         ("users not a map", {"basic_auth_users": ["prometheus"]}, "expected a mapping"),
     ]
 
@@ -223,7 +278,43 @@ def test_every_bad_file_is_one_line_naming_the_key(certs, tmp_path):
         assert "\n" not in text, what
 
 
-@pytest.mark.parametrize("what", ["missing cert", "plain-text password", "unknown top key"])
+def test_plain_text_password_message_says_how_to_hash(tmp_path):
+    with pytest.raises(ConfigurationError) as caught:
+        load_web_config(write(tmp_path, {"basic_auth_users": {"prometheus": "hunter2"}}))
+    assert "htpasswd -nBC 10" in str(caught.value) and "bcrypt.hashpw" in str(caught.value)
+
+
+def test_relative_paths_are_relative_to_the_web_config_file(certs, tmp_path, monkeypatch):
+    directory = certs.ca.cert.parent
+    path = write(
+        directory, {"tls_server_config": {"cert_file": "server.crt", "key_file": "server.key"}}
+    )
+    monkeypatch.chdir(tmp_path)  # somewhere else
+    security = load_web_config(path)
+    assert security.tls is not None and security.tls.cert_file == directory / "server.crt"
+    assert security.ssl_context is not None and not security.warnings
+
+
+def test_ignored_keys_load_with_a_warning_for_later(certs, tmp_path):
+    doc = {
+        "tls_server_config": tls_section(
+            certs,
+            cipher_suites=["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"],
+            curve_preferences=["X25519"],
+            prefer_server_cipher_suites=True,
+        ),
+        "http_server_config": {"http2": False},
+    }
+    security = load_web_config(write(tmp_path, doc))
+    assert security.ssl_context is not None
+    [tls_warning, http_warning] = security.warnings
+    assert "cipher_suites, tls_server_config.curve_preferences" in tls_warning
+    assert "http_server_config.http2 ignored" in http_warning
+
+
+@pytest.mark.parametrize(
+    "what", ["missing cert", "plain-text password", "unknown top key", "client auth type refused"]
+)
 def test_the_cli_refuses_a_bad_file_at_startup(certs, tmp_path, what):
     _, doc, message = next(entry for entry in bad_files(certs) if entry[0] == what)
     path = write(tmp_path, doc)
@@ -262,6 +353,47 @@ async def test_successful_checks_are_cached_and_unknown_users_cost_a_check():
         auth.close()
 
 
+async def test_a_cancelled_check_keeps_its_slot_until_bcrypt_ends():
+    release = threading.Event()
+    started: list[bytes] = []
+
+    def blocking(password: bytes, hashed: bytes) -> bool:
+        started.append(password)
+        release.wait(5)
+        return False
+
+    auth = BasicAuth({"prometheus": HASH.encode()}, max_concurrent=1, checkpw=blocking)
+    try:
+        first = asyncio.create_task(auth.verify("prometheus", "one"))
+        while not started:
+            await asyncio.sleep(0.01)
+        first.cancel()  # the client hung up; its bcrypt check still runs
+        second = asyncio.create_task(auth.verify("prometheus", "two"))
+        await asyncio.sleep(0.1)
+        # No second check is let in, not even queued for the pool, while the first runs.
+        assert started == [b"one"] and auth.bcrypt_checks == 1
+        release.set()
+        assert await second is False
+        assert started == [b"one", b"two"]
+    finally:
+        release.set()
+        auth.close()
+
+
+async def test_concurrent_wrong_passwords_do_not_lock_out_the_right_one(serve, certs, tmp_path):
+    served = await serve(
+        write(
+            tmp_path,
+            {"tls_server_config": tls_section(certs), "basic_auth_users": {"prometheus": HASH}},
+        )
+    )
+    tls = client_context(certs)
+    wrong = [served.get(ssl=tls, headers=basic("prometheus", f"guess{i}")) for i in range(20)]
+    right = served.get(ssl=tls, headers=basic("prometheus", PASSWORD))
+    statuses = [status for status, _, _ in await asyncio.gather(*wrong, right)]
+    assert statuses == [401] * 20 + [200]
+
+
 async def test_bcrypt_never_blocks_the_event_loop():
     slow = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(12))  # ~0.2-0.4 s per check here
     auth = BasicAuth({"prometheus": slow})
@@ -294,7 +426,10 @@ async def test_bcrypt_never_blocks_the_event_loop():
 def test_exporter_process_serves_https_with_basic_auth(certs, tmp_path):
     path = write(
         tmp_path,
-        {"tls_server_config": tls_section(certs), "basic_auth_users": {"prometheus": HASH}},
+        {
+            "tls_server_config": tls_section(certs, curve_preferences=["X25519"]),
+            "basic_auth_users": {"prometheus": HASH},
+        },
     )
     proc, base = start_exporter(f"--web.config.file={path}")
     port = int(base.rsplit(":", 1)[1])
@@ -323,4 +458,8 @@ def test_exporter_process_serves_https_with_basic_auth(certs, tmp_path):
         assert fetch(basic("prometheus", "nope"))[0] == 401
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        _, stderr = proc.communicate(timeout=10)
+    # The ignored key is reported once logging is set up, in its format.
+    [warning] = [line for line in stderr.splitlines() if "curve_preferences" in line]
+    assert warning.startswith("ts=") and "level=warn" in warning
+    assert "(TLS)" in stderr

@@ -2,10 +2,12 @@
 
 bcrypt is slow on purpose (about 70 ms at cost 10), so checks run on a small thread pool, never
 on the event loop, and at most `max_concurrent` at a time: a flood of wrong passwords queues
-instead of starving scrapes or piling up threads. A successful check is remembered by a SHA-256
+instead of starving scrapes or piling up threads (a slot is held until its check really ends,
+even if the client hung up). A successful check is remembered by a SHA-256
 digest of user and password (never the password), so a Prometheus scraping every 15 s pays
-bcrypt once. An unknown user costs the same bcrypt check as a known one, against a real hash,
-and the user name is compared in constant time, so timing tells nothing about who exists.
+bcrypt once. An unknown user costs the same bcrypt check as a known one, against the costliest
+configured hash, and the user name is compared in constant time, so timing tells nothing about
+who exists.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ class BasicAuth:
         if not users:
             raise ValueError("BasicAuth needs at least one user")
         self._users = [(name.encode(), hashed) for name, hashed in users.items()]
+        # What an unknown user's password is checked against: a real hash, the slowest one, so no
+        # user answers more slowly than a name that does not exist ("$2b$12$..." -> cost 12).
+        self._dummy = max(self._users, key=lambda entry: entry[1][4:6])[1]
         self._checkpw = checkpw
         self._pool = ThreadPoolExecutor(max_concurrent, thread_name_prefix="bcrypt")
         self._slots = asyncio.Semaphore(max_concurrent)
@@ -75,13 +80,21 @@ class BasicAuth:
             self._verified.move_to_end(digest)
             return True
         stored = self._lookup(user_bytes)
-        # An unknown user still pays one real bcrypt check, against the first user's hash.
-        against = stored if stored is not None else self._users[0][1]
-        async with self._slots:
-            self.bcrypt_checks += 1
-            matches = await asyncio.get_running_loop().run_in_executor(
+        # An unknown user still pays one real bcrypt check.
+        against = stored if stored is not None else self._dummy
+        await self._slots.acquire()
+        try:
+            future = asyncio.get_running_loop().run_in_executor(
                 self._pool, self._checkpw, secret[:MAX_PASSWORD_BYTES], against
             )
+        except BaseException:
+            self._slots.release()
+            raise
+        self.bcrypt_checks += 1
+        # The slot frees when the thread is done, not when this request is: a client that hangs
+        # up mid-check must not let more work into the pool's queue.
+        future.add_done_callback(lambda _: self._slots.release())
+        matches = await asyncio.shield(future)
         ok = matches and stored is not None and len(secret) <= MAX_PASSWORD_BYTES
         if ok:
             self._verified[digest] = None

@@ -4,7 +4,6 @@ and the key, at startup, never a surprise at the first scrape."""
 
 from __future__ import annotations
 
-import logging
 import re
 import ssl
 from dataclasses import dataclass
@@ -14,8 +13,6 @@ from typing import Any
 import yaml
 
 from exporter.config import ConfigurationError
-
-log = logging.getLogger(__name__)
 
 MAX_FILE_BYTES = 1 << 20
 # Modular crypt format of bcrypt: $2a$/$2b$/$2y$, a two-digit cost, 53 characters of salt+hash.
@@ -39,7 +36,8 @@ TLS_KEYS = {
     "client_ca",
 }
 # Accepted so that existing files load, but Python's ssl module cannot honour them: OpenSSL's
-# defaults (modern AEAD suites, X25519/P-256) apply instead, and a warning says so.
+# defaults (modern AEAD suites, X25519/P-256) apply instead, and a warning says so once logging
+# is set up (WebSecurity.warnings), so that a bad file still makes exactly one line on stderr.
 IGNORED_TLS_KEYS = ("cipher_suites", "curve_preferences", "prefer_server_cipher_suites")
 HTTP_KEYS = {"http2", "headers"}
 TOP_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users", "rate_limit"}
@@ -64,11 +62,17 @@ class WebSecurity:
     # user -> bcrypt hash
     basic_auth_users: dict[str, bytes]
     headers: tuple[tuple[str, str], ...] = ()
+    # Keys accepted but ignored, one sentence each, for the caller to log.
+    warnings: tuple[str, ...] = ()
 
 
 class _Reader:
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.warnings: list[str] = []
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(f"web config {self.path}: {message}")
 
     def fail(self, key: str, message: str) -> ConfigurationError:
         where = f"{key}: " if key else ""
@@ -90,16 +94,33 @@ class _Reader:
             raise self.fail(key, f"expected a non-empty string, got {value!r}")
         return value
 
-    def file(self, value: Any, key: str) -> Path:
+    def file(self, value: Any, key: str, kind: str) -> Path:
+        """A readable file holding a PEM `kind` ("certificate" or "private key"), so a bad file is
+        named here rather than in OpenSSL's one error for the certificate and key together."""
         # Relative paths are relative to the web config file, as in exporter-toolkit.
         path = self.path.parent / self.string(value, key)
         if not path.is_file():
             raise self.fail(key, f"{path} does not exist")
         try:
-            path.read_bytes()
+            data = path.read_bytes()
         except OSError as exc:
             raise self.fail(key, f"{path}: cannot read: {exc.strerror}") from None
+        if not PEM[kind].search(data):
+            raise self.fail(key, f"{path} holds no PEM {kind}")
+        if kind == "private key" and b"ENCRYPTED" in data:
+            raise self.fail(key, f"{path}: encrypted private keys are not supported")
         return path
+
+
+PEM = {
+    "certificate": re.compile(
+        rb"-----BEGIN CERTIFICATE-----\s+[A-Za-z0-9+/=\s]+-----END CERTIFICATE-----"
+    ),
+    "private key": re.compile(
+        rb"-----BEGIN ([A-Z]+ )?PRIVATE KEY-----\s+[A-Za-z0-9+/=\s:,-]+"
+        rb"-----END ([A-Z]+ )?PRIVATE KEY-----"
+    ),
+}
 
 
 def load_web_config(path: str | Path) -> WebSecurity:
@@ -131,6 +152,7 @@ def load_web_config(path: str | Path) -> WebSecurity:
         ssl_context=ssl_context(tls, reader.fail) if tls else None,
         basic_auth_users=_users(reader, top.get("basic_auth_users")),
         headers=_headers(reader, top.get("http_server_config")),
+        warnings=tuple(reader.warnings),
     )
 
 
@@ -146,11 +168,8 @@ def _tls(reader: _Reader, value: Any) -> TlsSettings | None:
             )
     ignored = [k for k in IGNORED_TLS_KEYS if k in doc]
     if ignored:
-        log.warning(
-            "web config %s: %s ignored: Python's TLS uses OpenSSL's default suites and curves",
-            reader.path,
-            ", ".join(f"{section}.{k}" for k in ignored),
-        )
+        names = ", ".join(f"{section}.{k}" for k in ignored)
+        reader.warn(f"{names} ignored: Python's TLS uses OpenSSL's default suites and curves")
     for required in ("cert_file", "key_file"):
         if required not in doc:
             raise reader.fail(f"{section}.{required}", "is required for TLS")
@@ -159,12 +178,14 @@ def _tls(reader: _Reader, value: Any) -> TlsSettings | None:
         raise reader.fail(f"{section}.client_allowed_sans", "expected a list of names")
     ca = doc.get("client_ca_file")
     return TlsSettings(
-        cert_file=reader.file(doc["cert_file"], f"{section}.cert_file"),
-        key_file=reader.file(doc["key_file"], f"{section}.key_file"),
+        cert_file=reader.file(doc["cert_file"], f"{section}.cert_file", "certificate"),
+        key_file=reader.file(doc["key_file"], f"{section}.key_file", "private key"),
         client_auth_type=reader.string(
             doc.get("client_auth_type", "NoClientCert"), f"{section}.client_auth_type"
         ),
-        client_ca_file=reader.file(ca, f"{section}.client_ca_file") if ca is not None else None,
+        client_ca_file=(
+            reader.file(ca, f"{section}.client_ca_file", "certificate") if ca is not None else None
+        ),
         client_allowed_sans=tuple(sans),
         min_version=reader.string(doc.get("min_version", "TLS12"), f"{section}.min_version"),
         max_version=(
@@ -190,7 +211,9 @@ def _users(reader: _Reader, value: Any) -> dict[str, bytes]:
             raise reader.fail(
                 key,
                 "is not a bcrypt hash ($2y$10$... with 53 more characters); plain-text "
-                "passwords are not accepted. Make one with: htpasswd -nBC 10 \"\" | tr -d ':\\n'",
+                "passwords are not accepted. Make one with: htpasswd -nBC 10 \"\" | tr -d ':\\n' "
+                'or python3 -c \'import bcrypt; print(bcrypt.hashpw(b"PASSWORD", '
+                "bcrypt.gensalt(10)).decode())'",
             )
         users[user] = hashed.encode()
     return users
@@ -202,7 +225,7 @@ def _headers(reader: _Reader, value: Any) -> tuple[tuple[str, str], ...]:
     if doc.get("http2") is not None:
         if not isinstance(doc["http2"], bool):
             raise reader.fail(f"{section}.http2", "expected true or false")
-        log.warning("web config %s: %s.http2 ignored: served over HTTP/1.1", reader.path, section)
+        reader.warn(f"{section}.http2 ignored: the exporter serves HTTP/1.1")
     headers = doc.get("headers") or {}
     if not isinstance(headers, dict):
         raise reader.fail(f"{section}.headers", "expected a mapping of header: value")

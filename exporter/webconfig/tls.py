@@ -42,7 +42,8 @@ def ssl_context(tls: TlsSettings, fail: Fail) -> ssl.SSLContext:
     if tls.max_version and VERSIONS[tls.max_version] < VERSIONS[tls.min_version]:
         raise fail(f"{key}.max_version", f"{tls.max_version} is below min_version")
     try:
-        context.load_cert_chain(tls.cert_file, tls.key_file)
+        # A password, even empty, keeps OpenSSL from prompting on the terminal for one.
+        context.load_cert_chain(tls.cert_file, tls.key_file, password=b"")
     except (ssl.SSLError, OSError) as exc:
         raise fail(
             f"{key}.cert_file", f"{tls.cert_file} and {tls.key_file} do not load: {exc}"
