@@ -21,6 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from exporter.config import Config, ConfigurationError
+from exporter.connection_guard import connection_cap, raise_open_file_limit
 from exporter.exposition.context import AttributionContext
 from exporter.exposition.renderer import Renderer
 from exporter.exposition.store import ExpositionStore
@@ -99,6 +100,8 @@ def serve_node(
     extra_routes: Callable[[web.Application], None] | None = None,
 ) -> None:
     """Start the collectors for `config`, serve until SIGTERM, then stop them."""
+    cap = connection_cap(config.web.max_connections, raise_open_file_limit())
+    config = replace(config, web=replace(config.web, max_connections=cap))
     pods = None
     if config.attribution.podresources_enabled:
         pods = PodResourcesWatcher(

@@ -18,6 +18,8 @@ from typing import NoReturn
 from exporter import __version__
 from exporter.config import (
     DEFAULT_PORT,
+    NODE_NAME,
+    RESOURCE_NAME,
     AttributionConfig,
     CollectionConfig,
     Config,
@@ -79,6 +81,19 @@ def _positive(name: str, low: float, high: float):
     return check
 
 
+def _count(low: int, high: int):
+    def check(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is out of range ({low} to {high})")
+        return value
+
+    return check
+
+
 def _bool_env(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -115,6 +130,14 @@ def build_parser() -> argparse.ArgumentParser:
         dest="telemetry_path",
         default="/metrics",
         help="Path under which to expose metrics (default /metrics).",
+    )
+    add(
+        "--web.max-connections",
+        dest="max_connections",
+        type=_count(1, 1_000_000),
+        default=512,
+        help="At most this many open HTTP connections (default 512); past it, a new connection "
+        "closes the oldest idle one, so slow or stuck clients cannot lock Prometheus out.",
     )
     add(
         "--collector.interval",
@@ -257,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--kubernetes.max-pod-labels",
         dest="max_pod_labels",
-        type=int,
+        type=_count(0, 100),
         default=10,
         help="At most this many pod labels per pod; the rest are counted and dropped.",
     )
@@ -357,6 +380,22 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
     except ValueError as exc:
         raise UsageError(f"argument --web.listen-address: {exc}") from None
     node_name = args.node_name or environ.get("NODE_NAME") or ""
+    if node_name and not NODE_NAME.match(node_name):
+        source = "argument --node-name" if args.node_name else "environment variable NODE_NAME"
+        raise UsageError(f"{source}: {node_name[:80]!r} is not a valid Kubernetes node name")
+    if not os.path.isabs(args.podresources_socket):
+        raise UsageError(
+            f"argument --podresources.socket: {args.podresources_socket!r} is not an absolute path"
+        )
+    extra_resources = frozenset(r.strip() for r in args.extra_resources.split(",") if r.strip())
+    for name in sorted(extra_resources):
+        if not RESOURCE_NAME.match(name):
+            raise UsageError(
+                f"argument --podresources.extra-resources: {name[:80]!r} is not a resource name "
+                "like vendor.com/gpu-mem"
+            )
+    if args.kubeconfig is not None and not os.access(args.kubeconfig, os.R_OK):
+        raise UsageError(f"argument --kubernetes.kubeconfig: cannot read {args.kubeconfig!r}")
     if args.pod_label_allowlist is not None:
         try:
             re.compile(args.pod_label_allowlist)
@@ -364,14 +403,12 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
             raise UsageError(
                 f"argument --kubernetes.pod-label-allowlist: invalid regex: {exc}"
             ) from None
-    if not 0 <= args.max_pod_labels <= 100:
-        raise UsageError("argument --kubernetes.max-pod-labels: must be between 0 and 100")
     if args.kubernetes and not node_name and args.simulate is None:
         raise UsageError("--kubernetes needs the node name: set NODE_NAME or --node-name")
     attribution = AttributionConfig(
         podresources_enabled=args.podresources,
         socket_path=args.podresources_socket,
-        extra_resources=frozenset(r.strip() for r in args.extra_resources.split(",") if r.strip()),
+        extra_resources=extra_resources,
         kubernetes_enabled=args.kubernetes,
         kubeconfig=args.kubeconfig,
         pod_label_allowlist=args.pod_label_allowlist,
@@ -398,6 +435,7 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
         security=security,
         listen_address=args.listen_address,
         telemetry_path=args.telemetry_path,
+        max_connections=args.max_connections,
         stale_after_seconds=args.stale_after or 3 * args.interval,
         health_max_age_seconds=max(args.health_max_age, 2 * args.interval),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -10,6 +11,12 @@ if TYPE_CHECKING:
     from exporter.webconfig.parse import WebSecurity
 
 DEFAULT_PORT = 9455
+# A Kubernetes node name: an RFC 1123 DNS subdomain.
+NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+# An extended resource name as device plugins register it: "vendor.domain/name".
+RESOURCE_NAME = re.compile(
+    r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 
 
 class ConfigurationError(Exception):
@@ -56,6 +63,8 @@ class WebConfig:
     stale_after_seconds: float = 15.0
     # /healthz fails after this many seconds without a finished sweep, so Kubernetes restarts us.
     health_max_age_seconds: float = 60.0
+    # Past this many open connections, a new one closes the oldest idle one (slowloris, leaks).
+    max_connections: int = 512
     # TLS, client certificates and basic auth from --web.config.file; None: plain HTTP, open.
     security: WebSecurity | None = None
 

@@ -15,9 +15,11 @@ import time
 from collections.abc import Callable
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from exporter import __version__
 from exporter.config import WebConfig
+from exporter.connection_guard import KEEPALIVE_SECONDS, ConnectionGuard
 from exporter.exposition.store import ExpositionStore
 from exporter.exposition.text_format import CONTENT_TYPE
 
@@ -26,6 +28,7 @@ log = logging.getLogger(__name__)
 _PLAIN_HEADERS = {"Content-Type": CONTENT_TYPE, "Vary": "Accept-Encoding"}
 _GZIP_HEADERS = {**_PLAIN_HEADERS, "Content-Encoding": "gzip"}
 STORE_KEY: web.AppKey[ExpositionStore] = web.AppKey("store", ExpositionStore)
+GUARD_KEY: web.AppKey[ConnectionGuard] = web.AppKey("connection_guard", ConnectionGuard)
 
 
 def accepts_gzip(header: str) -> bool:
@@ -44,10 +47,17 @@ def accepts_gzip(header: str) -> bool:
 
 
 class Handlers:
-    def __init__(self, store: ExpositionStore, config: WebConfig, poller_alive: Callable[[], bool]):
+    def __init__(
+        self,
+        store: ExpositionStore,
+        config: WebConfig,
+        poller_alive: Callable[[], bool],
+        guard: ConnectionGuard,
+    ):
         self._store = store
         self._config = config
         self._poller_alive = poller_alive
+        self._guard = guard
         self._started = time.monotonic()
 
     async def metrics(self, request: web.Request) -> web.Response:
@@ -55,7 +65,7 @@ class Handlers:
         if exposition is None:
             return web.Response(status=503, text="no NVML snapshot collected yet\n")
         gzip = accepts_gzip(request.headers.get("Accept-Encoding", ""))
-        body = exposition.response(gzip, self._config.stale_after_seconds)
+        body = exposition.response(gzip, self._config.stale_after_seconds, self._guard.counts())
         return web.Response(body=body, headers=_GZIP_HEADERS if gzip else _PLAIN_HEADERS)
 
     def _health_problem(self) -> str | None:
@@ -100,10 +110,12 @@ class Handlers:
 def build_app(
     store: ExpositionStore, config: WebConfig, poller_alive: Callable[[], bool]
 ) -> web.Application:
-    handlers = Handlers(store, config, poller_alive)
+    guard = ConnectionGuard(config.max_connections)
+    handlers = Handlers(store, config, poller_alive, guard)
     cleanups: list[Callable[[], None]] = []
-    app = web.Application(middlewares=security_middlewares(config, cleanups))
+    app = web.Application(middlewares=[guard.middleware, *security_middlewares(config, cleanups)])
     app[STORE_KEY] = store
+    app[GUARD_KEY] = guard
     app.router.add_get(config.telemetry_path, handlers.metrics)
     app.router.add_get("/healthz", handlers.healthz)
     app.router.add_get("/health", handlers.healthz)  # dcgm-exporter's path, for drop-in probes
@@ -154,6 +166,23 @@ def _extra_headers(headers: tuple[tuple[str, str], ...]):
     return add
 
 
+class _MalformedRequestLog(logging.Filter):
+    """aiohttp logs each malformed request (an oversized URL or header, too many headers) as an
+    error with a traceback, so any client could flood the log. The client already got its 400;
+    one debug line is enough."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError) and 400 <= exc.code < 500:
+            peer = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            log.debug("refused a malformed request from %s: %s", peer, exc.message[:200])
+            return False
+        return True
+
+
+_MALFORMED_REQUEST_LOG = _MalformedRequestLog()
+
+
 def split_listen_address(address: str) -> tuple[str | None, int]:
     """':9455' -> (None, 9455), '127.0.0.1:9455', '[::1]:9455'. Raises ValueError."""
     host, sep, port_text = address.rpartition(":")
@@ -176,9 +205,18 @@ async def serve(
     """Serve until SIGTERM or SIGINT, then finish in-flight requests and return."""
     host, port = split_listen_address(address)
     runner = web.AppRunner(
-        app, handle_signals=False, access_log=None, shutdown_timeout=shutdown_timeout
+        app,
+        handle_signals=False,
+        access_log=None,
+        shutdown_timeout=shutdown_timeout,
+        keepalive_timeout=KEEPALIVE_SECONDS,
     )
+    server_log = logging.getLogger("aiohttp.server")
+    if _MALFORMED_REQUEST_LOG not in server_log.filters:
+        server_log.addFilter(_MALFORMED_REQUEST_LOG)
     await runner.setup()
+    if GUARD_KEY in app:
+        app[GUARD_KEY].install(runner.server)
     site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context)
     await site.start()
     bound = port

@@ -155,6 +155,14 @@ class CollectorStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class ConnectionCounts:
+    """The HTTP server's connections: open now, and closed for being over the cap since start."""
+
+    open: int
+    evicted: int
+
+
+@dataclass(frozen=True, slots=True)
 class NodeSnapshot:
     taken_at: float
     """Wall-clock time (seconds since the epoch) when the sweep finished."""

@@ -23,35 +23,53 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     )
 
 
-@pytest.mark.parametrize(
-    ("args", "env", "mentions"),
-    [
-        (["--collector.interval=5x"], {}, "--collector.interval"),
-        (["--collector.interval=0"], {}, "--collector.interval"),
-        (["--collector.interval=-1s"], {}, "--collector.interval"),
-        (["--web.listen-address=nope"], {}, "--web.listen-address"),
-        (["--web.listen-address=:99999"], {}, "--web.listen-address"),
-        (["--web.telemetry-path=metrics"], {}, "--web.telemetry-path"),
-        (["--web.telemetry-path=/healthz"], {}, "--web.telemetry-path"),
-        (["--host-label=HOSTNAME"], {}, "--host-label"),
-        (["--log.level=verbose"], {}, "--log.level"),
-        (["--log.format=xml"], {}, "--log.format"),
-        (["--driver-version-label=yes"], {}, "--driver-version-label"),
-        (["--health.max-snapshot-age=0"], {}, "--health.max-snapshot-age"),
-        (["--no-such-flag"], {}, "--no-such-flag"),
-        (["--kubernetes"], {}, "NODE_NAME"),
-        (["--kubernetes.pod-label-allowlist=("], {}, "--kubernetes.pod-label-allowlist"),
-        (["--kubernetes.max-pod-labels=1000"], {}, "--kubernetes.max-pod-labels"),
-        (["--attribution.shared-devices=all"], {}, "--attribution.shared-devices"),
-        (
-            [],
-            {"KUBE_GPU_EXPORTER_COLLECTOR_INTERVAL": "soon"},
-            "KUBE_GPU_EXPORTER_COLLECTOR_INTERVAL",
-        ),
-        ([], {"KUBE_GPU_EXPORTER_COLLECTOR_PCIE": "maybe"}, "KUBE_GPU_EXPORTER_COLLECTOR_PCIE"),
-        ([], {"KUBE_GPU_EXPORTER_HOST_LABEL": "x"}, "KUBE_GPU_EXPORTER_HOST_LABEL"),
-    ],
-)
+BAD_INPUT = [
+    (["--collector.interval=5x"], {}, "--collector.interval"),
+    (["--collector.interval=0"], {}, "--collector.interval"),
+    (["--collector.interval=-1s"], {}, "--collector.interval"),
+    (["--web.listen-address=nope"], {}, "--web.listen-address"),
+    (["--web.listen-address=:99999"], {}, "--web.listen-address"),
+    (["--web.telemetry-path=metrics"], {}, "--web.telemetry-path"),
+    (["--web.telemetry-path=/healthz"], {}, "--web.telemetry-path"),
+    (["--host-label=HOSTNAME"], {}, "--host-label"),
+    (["--log.level=verbose"], {}, "--log.level"),
+    (["--log.format=xml"], {}, "--log.format"),
+    (["--driver-version-label=yes"], {}, "--driver-version-label"),
+    (["--health.max-snapshot-age=0"], {}, "--health.max-snapshot-age"),
+    (["--no-such-flag"], {}, "--no-such-flag"),
+    (["--kubernetes"], {}, "NODE_NAME"),
+    (["--kubernetes.pod-label-allowlist=("], {}, "--kubernetes.pod-label-allowlist"),
+    (["--kubernetes.max-pod-labels=1000"], {}, "--kubernetes.max-pod-labels"),
+    (["--attribution.shared-devices=all"], {}, "--attribution.shared-devices"),
+    (["--web.config.file=/nonexistent/web.yml"], {}, "web config /nonexistent/web.yml"),
+    (["--web.max-connections=0"], {}, "--web.max-connections"),
+    (["--web.max-connections=many"], {}, "--web.max-connections"),
+    (["--collector.interval=nan"], {}, "--collector.interval"),
+    (["--collector.interval=1e400s"], {}, "--collector.interval"),
+    (["--collector.device-timeout=0"], {}, "--collector.device-timeout"),
+    (["--collector.pcie-interval=1d"], {}, "--collector.pcie-interval"),
+    (["--collector.mig-refresh-interval=-5s"], {}, "--collector.mig-refresh-interval"),
+    (["--collector.pcie=maybe"], {}, "--collector.pcie"),
+    (["--snapshot.stale-after=x"], {}, "--snapshot.stale-after"),
+    (["--node-name=Bad_Node!"], {}, "--node-name"),
+    ([], {"NODE_NAME": "UPPER_case"}, "environment variable NODE_NAME"),
+    (["--podresources.socket="], {}, "--podresources.socket"),
+    (["--podresources.socket=kubelet.sock"], {}, "--podresources.socket"),
+    (["--podresources.extra-resources=gpu mem"], {}, "--podresources.extra-resources"),
+    (["--kubernetes.kubeconfig=/nonexistent"], {}, "--kubernetes.kubeconfig"),
+    (["--kubernetes.max-pod-labels=-1"], {}, "--kubernetes.max-pod-labels"),
+    (["--simulate=/nonexistent/fleet.yaml"], {}, "fleet file /nonexistent/fleet.yaml"),
+    (
+        [],
+        {"KUBE_GPU_EXPORTER_COLLECTOR_INTERVAL": "soon"},
+        "KUBE_GPU_EXPORTER_COLLECTOR_INTERVAL",
+    ),
+    ([], {"KUBE_GPU_EXPORTER_COLLECTOR_PCIE": "maybe"}, "KUBE_GPU_EXPORTER_COLLECTOR_PCIE"),
+    ([], {"KUBE_GPU_EXPORTER_HOST_LABEL": "x"}, "KUBE_GPU_EXPORTER_HOST_LABEL"),
+]
+
+
+@pytest.mark.parametrize(("args", "env", "mentions"), BAD_INPUT)
 def test_bad_flags_exit_2_with_one_line(args, env, mentions):
     proc = run_cli(*args, env=env)
     assert proc.returncode == 2
@@ -59,6 +77,19 @@ def test_bad_flags_exit_2_with_one_line(args, env, mentions):
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("kube-gpu-exporter: error: ")
     assert mentions in lines[0]
+
+
+def test_every_flag_that_takes_a_value_has_a_bad_value_case():
+    """Adding a flag without a bad-value case above fails here."""
+    from exporter.cli import build_parser
+
+    tested = {word.split("=")[0] for args, _, _ in BAD_INPUT for word in args}
+    takes_value = {
+        action.option_strings[0]
+        for action in build_parser()._actions
+        if action.option_strings and action.nargs != 0 and action.dest not in ("help", "version")
+    }
+    assert takes_value - tested == set()
 
 
 def test_malformed_fleet_file_exits_2_naming_the_field(tmp_path):

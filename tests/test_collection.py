@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import replace
 
@@ -9,7 +10,7 @@ import pynvml
 
 from exporter.config import CollectionConfig
 from exporter.snapshot import NodeSnapshot
-from tests.conftest import FAST, fleet_from_yaml, start_xid_watch, wait_for
+from tests.conftest import FAST, fleet_from_yaml, render, start_xid_watch, wait_for
 
 MIB = 2**20
 
@@ -209,6 +210,64 @@ def test_xid_storm_keeps_memory_bounded(sim):
     assert sum(n for _, n in record.counts) == 20_000
 
 
+def test_xid_storm_through_the_event_api_is_counted_not_logged_line_by_line(
+    sim, make_poller, caplog
+):
+    from exporter.nvml.xid_log import BURST
+
+    poller = make_poller()
+    start_xid_watch(sim, poller)
+    caplog.set_level(logging.WARNING, logger="exporter.nvml.xid_watcher")
+    started = time.monotonic()
+    storm = 20_000
+    for burst in range(20):  # 1,000 events every 50 ms: 20,000 a second, over 8 GPUs
+        for i in range(1000):
+            n = burst * 1000 + i
+            sim.inject_xid(n % 8, 13 if n % 10 else 1000 + n)  # mostly 13, 2,000 codes
+        time.sleep(max(0.0, started + (burst + 1) * 0.05 - time.monotonic()))
+
+    def counted() -> int:
+        snap = poller.sweep()
+        return sum(n for g in snap.gpus for _, n in g.xid.counts)
+
+    # Whatever the driver's queue held is counted; what overflowed it is the driver's loss.
+    assert wait_for(lambda: counted() == storm - sim.events_dropped(), timeout=20), (
+        counted(),
+        sim.events_dropped(),
+    )
+    assert counted() > storm // 10
+    # Codes past MAX_DISTINCT_CODES fold into 999: memory follows codes, not events.
+    assert all(len(g.xid.counts) <= 257 for g in poller.sweep().gpus)
+    lines = [r for r in caplog.records if r.name == "exporter.nvml.xid_watcher"]
+    assert BURST <= len(lines) <= BURST + 1, len(lines)
+
+
+def test_xid_log_summarises_what_it_held_back(caplog):
+    from exporter.nvml.xid_log import XidLog
+
+    now = [0.0]
+    logger = logging.getLogger("test.xid")
+    xid_log = XidLog(logger, window_seconds=60, burst=2, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="test.xid"):
+        for _ in range(5):
+            xid_log.event("GPU-a", None, 79)
+        xid_log.event("GPU-b", 3, 31)
+        assert [r.getMessage() for r in caplog.records] == ["XID 79 on GPU-a", "XID 79 on GPU-a"]
+        now[0] = 59.0
+        xid_log.flush()
+        assert len(caplog.records) == 2  # the window is not over
+        now[0] = 61.0
+        xid_log.flush()
+        summary = caplog.records[-1].getMessage()
+        assert summary.startswith("4 more XID events in the last 61s")
+        assert "XID 79 on GPU-a x3, XID 31 on GPU-b x1" in summary
+        xid_log.event("GPU-b", 3, 31)  # a new window logs at once again
+        assert caplog.records[-1].getMessage() == "XID 31 on GPU-b (GPU instance 3)"
+        now[0] = 200.0
+        xid_log.flush()
+        assert len(caplog.records) == 4  # nothing held back, no summary
+
+
 def test_pcie_throughput_is_sampled_off_the_sweep(make_sim, make_poller):
     from exporter.simulator.fleet import default_fleet
 
@@ -237,6 +296,28 @@ def test_driver_not_loaded_at_start_then_recovers(sim, make_poller):
     assert snap.nvml_up and len(snap.gpus) == 8
 
 
+def test_driver_missing_at_start_is_retried_with_backoff_while_metrics_serve(
+    sim, make_poller, caplog
+):
+    sim.unload_driver()
+    published: list[NodeSnapshot] = []
+    poller = make_poller(publish=published.append)  # FAST: a sweep every 0.2 s
+    caplog.set_level(logging.INFO, logger="exporter.poller")
+    poller.start()
+    time.sleep(2.5)
+    # Still serving: every sweep is published, with nvml_up 0 and no device series.
+    assert len(published) >= 8
+    text = render(published[-1])
+    assert "kube_gpu_exporter_nvml_up 0" in text and "DCGM_FI_DEV_GPU_TEMP" not in text
+    # Backoff 1 s, then 2 s: three tries in 2.5 s, not one per sweep.
+    assert 2 <= sim.calls["nvmlInit"] <= 3, sim.calls["nvmlInit"]
+    failures = [r for r in caplog.records if "NVML initialisation failed" in r.getMessage()]
+    assert len(failures) == 1 and "DRIVER_NOT_LOADED" in failures[0].getMessage()
+    sim.load_driver()  # e.g. the driver container finished installing
+    assert wait_for(lambda: published[-1].nvml_up and len(published[-1].gpus) == 8, timeout=10)
+    assert "NVML initialised, driver 550.54.15" in caplog.text
+
+
 def test_driver_reload_reinitialises_nvml(sim, make_poller):
     poller = make_poller()
     assert poller.sweep().nvml_up
@@ -245,6 +326,31 @@ def test_driver_reload_reinitialises_nvml(sim, make_poller):
     sim.load_driver()
     poller.retry_init_now()
     assert poller.sweep().nvml_up
+
+
+def test_driver_reloads_leak_no_threads_or_event_sets(sim, make_poller):
+    import threading
+
+    poller = make_poller(replace(FAST, pcie_enabled=True, pcie_interval_seconds=0.2))
+    start_xid_watch(sim, poller)
+
+    def reload() -> None:
+        sim.unload_driver()
+        assert not poller.sweep().nvml_up
+        sim.load_driver()
+        poller.retry_init_now()
+        assert poller.sweep().nvml_up
+        assert wait_for(lambda: sim.registered_gpus() == set(range(8)))
+
+    reload()  # warm: helpers that start lazily are running from here on
+    threads, event_sets = threading.active_count(), sim.event_sets_open()
+    for _ in range(20):
+        reload()
+    assert wait_for(lambda: threading.active_count() <= threads), (
+        threads,
+        [t.name for t in threading.enumerate()],
+    )
+    assert sim.event_sets_open() == event_sets == 1
 
 
 def test_nvlink_counters_sum_all_links(sim, make_poller):

@@ -73,6 +73,7 @@ def test_node_info_from_gpu_feature_discovery_labels(sim, make_poller):
             "pods_synced": True,
             "watch_errors": 2,
             "relists": 1,
+            "labels_dropped": 4,  # the per-pod label cap triggered
         }
     )
     text = render(make_poller().sweep(), LABELS, AttributionContext(kube=view))
@@ -86,4 +87,41 @@ def test_node_info_from_gpu_feature_discovery_labels(sim, make_poller):
     }
     assert up == {"pods": 1, "node": 1}
     assert "kube_gpu_exporter_kubernetes_relists_total 1" in text
+    assert "kube_gpu_exporter_pod_labels_dropped_total 4" in text
+    assert unexpected_lint_findings(text) == []
+
+
+@pytest.mark.parametrize("value", HOSTILE[:-1])
+def test_pod_container_and_namespace_names_from_the_kubelet_are_escaped(sim, make_poller, value):
+    """The kubelet is trusted to send valid Kubernetes names, but a wrong one must not corrupt
+    the exposition: it is escaped like any label value and parsed back exactly."""
+    from exporter.podresources.allocations import from_responses
+    from exporter.podresources.v1 import api_pb2
+
+    listing = api_pb2.ListPodResourcesResponse(
+        pod_resources=[
+            api_pb2.PodResources(
+                name=f"pod {value}",
+                namespace=f"ns {value}",
+                containers=[
+                    api_pb2.ContainerResources(
+                        name=f"ctr {value}",
+                        devices=[
+                            api_pb2.ContainerDevices(
+                                resource_name="nvidia.com/gpu",
+                                device_ids=[sim.gpus[0].uuid, f"GPU-{value}"],
+                            )
+                        ],
+                    )
+                ],
+            )
+        ]
+    )
+    pods = from_responses(listing, None, frozenset(), 0.0)
+    text = render(make_poller().sweep(), LABELS, AttributionContext(pods=pods))
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    [temp] = [s for s in families["DCGM_FI_DEV_GPU_TEMP"].samples if s.labels["gpu"] == "0"]
+    assert temp.labels["pod"] == f"pod {value}"
+    assert temp.labels["namespace"] == f"ns {value}"
+    assert temp.labels["container"] == f"ctr {value}"
     assert unexpected_lint_findings(text) == []

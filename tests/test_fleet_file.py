@@ -56,6 +56,29 @@ def test_yaml_bombs_are_refused():
         parse_fleet(bomb, "bomb")
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("gpus: " + "[" * 100_000 + "]" * 100_000, "nested deeper than 32 levels"),
+        ("{" * 5000, "nested deeper than 32 levels"),
+        ("seed: 9" + "9" * 5000 + "\ngpus: [{model: T4}]", "a value cannot be read"),
+        ("gpus: [{model: T4, count: .nan}]", "gpus[0].count: nan is out of range"),
+        ("gpus: [{model: T4, count: -.inf}]", "gpus[0].count: -inf is out of range"),
+        ("gpus: [{model: " + "x" * 1_000_000 + "}]", "unknown GPU model 'xxxx"),
+        ("gpus: [{model: T4, " + "k" * 500 + ": 1}]", "gpus[0].kkkk"),
+        ("gpus: [{model: T4}", "not valid YAML"),  # truncated
+    ],
+)
+def test_hostile_fleet_files_get_one_short_line(text, message):
+    """Deep nesting would be a RecursionError, a 5,000-digit number a ValueError, and a huge
+    value would be echoed whole: each must instead be a short line naming what is wrong."""
+    with pytest.raises(FleetError) as info:
+        parse_fleet(text, "fleet file f.yaml")
+    error = str(info.value)
+    assert message in error and "\n" not in error
+    assert len(error) < 250, error
+
+
 def test_python_tags_are_not_executed():
     with pytest.raises(FleetError, match="not valid YAML"):
         parse_fleet("gpus: !!python/object/apply:os.system ['true']", "hostile")

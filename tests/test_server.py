@@ -179,3 +179,37 @@ async def test_real_http_client_against_served_app(sim, make_poller):
             assert "kube_gpu_exporter_nvml_up 1" in await response.text()
     finally:
         await client.close()
+
+
+async def test_clients_hanging_up_leave_no_tasks_or_connections(sim, make_poller):
+    store = store_for()
+    store.publish(make_poller().sweep())
+    client = await client_for(store)
+    try:
+        await client.get("/metrics")  # warm
+        tasks = len(asyncio.all_tasks())
+        server = client.server.runner.server
+        connections = len(server.connections)  # the test client's keep-alive one
+        for _ in range(100):
+            reader, writer = await asyncio.open_connection(client.host, client.port)
+            writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: identity\r\n\r\n")
+            await reader.read(100)  # part of the response, then gone
+            writer.transport.abort()
+        for _ in range(100):  # and half a request, then gone
+            reader, writer = await asyncio.open_connection(client.host, client.port)
+            writer.write(b"GET /metr")
+            await writer.drain()
+            writer.close()
+        assert await async_wait_for(lambda: len(server.connections) == connections)
+        assert await async_wait_for(lambda: len(asyncio.all_tasks()) <= tasks)
+    finally:
+        await client.close()
+
+
+async def async_wait_for(predicate, timeout: float = 5.0) -> bool:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(0.02)
+    return bool(predicate())

@@ -122,6 +122,28 @@ async def test_lose_and_restore(control):
     assert pynvml.nvmlDeviceGetTemperature(handle(2), pynvml.NVML_TEMPERATURE_GPU) > 0
 
 
+async def test_driver_and_kubelet_go_away_and_come_back(control):
+    client, kubelet = control
+    kubelet.start()
+    try:
+        response = await client.post("/-/simulator/driver/unload")
+        assert await response.json() == {"driver_loaded": False, "kubelet_running": True}
+        with pytest.raises(pynvml.NVMLError_Uninitialized):
+            pynvml.nvmlDeviceGetCount()
+        await client.post("/-/simulator/driver/load")
+        pynvml.nvmlInit()
+        assert pynvml.nvmlDeviceGetCount() == 8
+        response = await client.post("/-/simulator/kubelet/stop")
+        assert (await response.json())["kubelet_running"] is False
+        assert not kubelet.socket_path.exists()
+        response = await client.post("/-/simulator/kubelet/start")
+        assert await response.json() == {"driver_loaded": True, "kubelet_running": True}
+        response = await client.post("/-/simulator/kubelet/reboot")
+        assert response.status == 404 and "kubelet/stop" in await response.text()
+    finally:
+        kubelet.stop()
+
+
 async def test_unhealthy_device_is_no_longer_allocatable(control):
     client, kubelet = control
     status, state = await post(client, "4/unhealthy", {"unhealthy": True})

@@ -278,6 +278,25 @@ def test_every_bad_file_is_one_line_naming_the_key(certs, tmp_path):
         assert "\n" not in text, what
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a: &a [x, x, x, x]\nb: &b [*a, *a, *a, *a]\nbasic_auth_users: {}\n", "aliases"),
+        ("basic_auth_users: " + "[" * 10_000 + "]" * 10_000, "nested deeper than 32"),
+        ("tls_server_config: {cert_file: x", "not valid YAML"),
+        ("basic_auth_users: !!python/object/apply:os.system [true]", "not valid YAML"),
+        ("basic_auth_users: " + "u" * 100_000, "expected a mapping of user"),
+    ],
+)
+def test_hostile_web_config_text_is_one_short_line(tmp_path, text, message):
+    path = tmp_path / "web.yml"
+    path.write_text(text)
+    with pytest.raises(ConfigurationError) as caught:
+        load_web_config(path)
+    error = str(caught.value)
+    assert message in error and "\n" not in error and len(error) < 300, error
+
+
 def test_plain_text_password_message_says_how_to_hash(tmp_path):
     with pytest.raises(ConfigurationError) as caught:
         load_web_config(write(tmp_path, {"basic_auth_users": {"prometheus": "hunter2"}}))

@@ -32,7 +32,7 @@ from exporter.exposition.dcgm_families import (
 from exporter.exposition.entities import Entity, dcgm_entities, device_labels, host_labels
 from exporter.exposition.text_format import FamilyWriter, Labels, format_value, label_body
 from exporter.podresources.attribution import attribute
-from exporter.snapshot import NodeSnapshot
+from exporter.snapshot import ConnectionCounts, NodeSnapshot
 from exporter.xid_messages import xid_message
 
 PREFIX = "kube_gpu_exporter_"
@@ -250,7 +250,12 @@ class Renderer:
         )
 
     @staticmethod
-    def render_tail(age_seconds: float, stale: bool, render_seconds: float) -> str:
+    def render_tail(
+        age_seconds: float,
+        stale: bool,
+        render_seconds: float,
+        connections: ConnectionCounts | None = None,
+    ) -> str:
         out = FamilyWriter()
         out.family(
             f"{PREFIX}snapshot_age_seconds",
@@ -270,4 +275,17 @@ class Renderer:
             "Time taken to render the served snapshot's exposition.",
             [("", format_value(render_seconds))],
         )
+        if connections is not None:
+            out.family(
+                f"{PREFIX}http_connections",
+                "gauge",
+                "HTTP connections open to the exporter.",
+                [("", format_value(connections.open))],
+            )
+            out.family(
+                f"{PREFIX}http_connections_evicted_total",
+                "counter",
+                "Idle HTTP connections closed because --web.max-connections were open.",
+                [("", format_value(connections.evicted))],
+            )
         return out.text()

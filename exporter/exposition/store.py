@@ -15,7 +15,7 @@ from typing import Any
 
 from exporter.exposition.context import NO_CONTEXT, AttributionContext
 from exporter.exposition.renderer import Renderer
-from exporter.snapshot import NodeSnapshot
+from exporter.snapshot import ConnectionCounts, NodeSnapshot
 
 GZIP_LEVEL = 6
 _GZIP_WBITS = 31
@@ -34,20 +34,28 @@ class Exposition:
     # (gzip?) -> (time slot, response bytes); only touched from the event loop.
     _responses: dict[bool, tuple[int, bytes]] = field(default_factory=dict)
 
-    def response(self, gzip: bool, stale_after_seconds: float) -> bytes:
+    def response(
+        self,
+        gzip: bool,
+        stale_after_seconds: float,
+        connections: ConnectionCounts | None = None,
+    ) -> bytes:
         """The full response body, rebuilt at most once per TAIL_RESOLUTION_SECONDS."""
         slot = int(time.monotonic() / TAIL_RESOLUTION_SECONDS)
         cached = self._responses.get(gzip)
         if cached is not None and cached[0] == slot:
             return cached[1]
-        tail = self.tail(stale_after_seconds)
+        tail = self.tail(stale_after_seconds, connections)
         body = self.gzipped(tail) if gzip else self.plain(tail)
         self._responses[gzip] = (slot, body)
         return body
 
-    def tail(self, stale_after_seconds: float) -> bytes:
+    def tail(
+        self, stale_after_seconds: float, connections: ConnectionCounts | None = None
+    ) -> bytes:
         age = max(0.0, time.monotonic() - self.snapshot.monotonic_at)
-        return Renderer.render_tail(age, age > stale_after_seconds, self.render_seconds).encode()
+        stale = age > stale_after_seconds
+        return Renderer.render_tail(age, stale, self.render_seconds, connections).encode()
 
     def plain(self, tail: bytes) -> bytes:
         return self.body + tail

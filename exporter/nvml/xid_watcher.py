@@ -19,6 +19,7 @@ from exporter.background import BackgroundThread
 from exporter.backoff import Backoff
 from exporter.nvml.binding import NVMLError, error_name
 from exporter.nvml.error_tally import ErrorTally
+from exporter.nvml.xid_log import XidLog
 from exporter.snapshot import XidRecord
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ class XidWatcher(BackgroundThread):
         self._devices: tuple[int, ...] = ()
         self._registered: tuple[int, ...] | None = None
         self._event_set = None
+        self._xid_log = XidLog(log)
         self.healthy = False
 
     def watch(self, indexes: Sequence[int]) -> None:
@@ -122,6 +124,7 @@ class XidWatcher(BackgroundThread):
             try:
                 data = pynvml.nvmlEventSetWait_v2(self._event_set, self._wait_ms)
             except pynvml.NVMLError_Timeout:
+                self._xid_log.flush()
                 self.healthy = True
                 backoff.succeeded()
                 continue
@@ -145,13 +148,9 @@ class XidWatcher(BackgroundThread):
             return
         if data.eventType & pynvml.nvmlEventTypeXidCriticalError:
             gi = data.gpuInstanceId
-            self._book.record(uuid, None if gi == NO_INSTANCE else int(gi), int(data.eventData))
-            log.warning(
-                "XID %d on %s (GPU instance %s)",
-                data.eventData,
-                uuid,
-                "-" if gi == NO_INSTANCE else gi,
-            )
+            instance = None if gi == NO_INSTANCE else int(gi)
+            self._book.record(uuid, instance, int(data.eventData))
+            self._xid_log.event(uuid, instance, int(data.eventData))
         if data.eventType & pynvml.nvmlEventMigConfigChange:
             self._on_mig_change(uuid)
 

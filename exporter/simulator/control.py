@@ -8,6 +8,8 @@ end-to-end tests and `make demo` users can break a running simulated node with c
     POST /-/simulator/gpus/{index}/workload      {"workload": "idle"}
     POST /-/simulator/gpus/{index}/unhealthy     {"unhealthy": true}      (device plugin view)
     POST /-/simulator/gpus/{index}/lose | restore | reset
+    POST /-/simulator/driver/unload | load        every NVML call fails / works again
+    POST /-/simulator/kubelet/stop | start        the pod-resources socket goes away / returns
 
 Every POST answers with the GPU's state after the change; a bad request gets one line naming
 what is wrong.
@@ -15,6 +17,7 @@ what is wrong.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -175,5 +178,28 @@ def add_control_routes(app: web.Application, nvml: FakeNvml, kubelet: FakeKubele
             raise web.HTTPBadRequest(text=f"{name}: {exc}\n") from None
         return web.json_response(gpu_state(gpu, kubelet))
 
+    node_actions: dict[str, Callable[[], None]] = {
+        "driver/unload": nvml.unload_driver,
+        "driver/load": nvml.load_driver,
+        # The fake kubelet's gRPC server waits out a grace period on stop: off the event loop.
+        "kubelet/stop": kubelet.stop,
+        "kubelet/start": kubelet.start,
+    }
+
+    def node_state() -> dict[str, bool]:
+        return {
+            "driver_loaded": nvml.driver_loaded,
+            "kubelet_running": kubelet.socket_path.exists(),
+        }
+
+    async def act_on_node(request: web.Request) -> web.Response:
+        name = f"{request.match_info['part']}/{request.match_info['action']}"
+        if name not in node_actions:
+            known = ", ".join(node_actions)
+            raise web.HTTPNotFound(text=f"unknown action {name!r} (known: {known})\n")
+        await asyncio.to_thread(node_actions[name])
+        return web.json_response(node_state())
+
     app.router.add_get(f"{PREFIX}/gpus", list_gpus)
     app.router.add_post(PREFIX + "/gpus/{index}/{action}", act)
+    app.router.add_post(PREFIX + "/{part:driver|kubelet}/{action}", act_on_node)

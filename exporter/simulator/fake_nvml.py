@@ -946,6 +946,13 @@ class FakeNvml:
             if mask & pynvml.nvmlEventTypeXidCriticalError
         }
 
+    def events_dropped(self) -> int:
+        """Events lost because an event set's queue was full, as the driver drops them (test
+        helper)."""
+        with self._event_lock:
+            sets = list(self._event_sets.values())
+        return sum(event_set.dropped for event_set in sets)
+
     def event_sets_open(self) -> int:
         with self._event_lock:
             return len(self._event_sets)

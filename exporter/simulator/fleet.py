@@ -9,16 +9,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from exporter import small_yaml
+from exporter.config import NODE_NAME
 from exporter.simulator.gpu_models import MODELS, GpuModel, find_model
 from exporter.simulator.mig_layout import MigLayoutError, PlacedInstance, place
 
 WORKLOADS = ("training", "inference", "batch", "idle")
 MAX_GPUS = 64
 MAX_FILE_BYTES = 1 << 20
+SHOWN_KEY = 40
 _DRIVER_VERSION = re.compile(r"^\d{3}\.\d{1,3}(\.\d{1,3})?$")
-_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 class FleetError(ValueError):
@@ -56,35 +56,18 @@ def default_fleet() -> FleetSpec:
 def load_fleet(path: str | Path) -> FleetSpec:
     path = Path(path)
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise FleetError(f"fleet file {path}: {size} bytes is over the {MAX_FILE_BYTES} limit")
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise FleetError(f"fleet file {path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise FleetError(f"fleet file {path}: not UTF-8 text") from None
+        text = small_yaml.read_text(path, MAX_FILE_BYTES)
+    except small_yaml.YamlRefused as exc:
+        raise FleetError(f"fleet file {path}: {exc}") from None
     return parse_fleet(text, f"fleet file {path}")
 
 
 def parse_fleet(text: str, source: str) -> FleetSpec:
     try:
-        return _Parser(source).fleet(_load_yaml(text))
-    except FleetError:
-        raise
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "syntax error"
-        raise FleetError(f"{source}: not valid YAML{where}: {problem}") from None
-
-
-def _load_yaml(text: str) -> Any:
-    # Aliases are how YAML bombs multiply; a fleet file never needs them.
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
-        if isinstance(event, yaml.AliasEvent):
-            raise FleetError("YAML aliases (*name) are not allowed in a fleet file")
-    return yaml.safe_load(text)
+        doc = small_yaml.load(text)
+    except small_yaml.YamlRefused as exc:
+        raise FleetError(f"{source}: {exc}") from None
+    return _Parser(source).fleet(doc)
 
 
 class _Parser:
@@ -100,7 +83,9 @@ class _Parser:
         for key in value:
             if key not in allowed:
                 raise self._fail(
-                    f"{path}.{key}" if path != "(top level)" else str(key),
+                    f"{path}.{str(key)[:SHOWN_KEY]}"
+                    if path != "(top level)"
+                    else str(key)[:SHOWN_KEY],
                     f"unknown field (allowed: {', '.join(sorted(allowed))})",
                 )
         return value
@@ -109,7 +94,7 @@ class _Parser:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self._fail(path, f"expected a number, got {_kind(value)}")
         if not low <= value <= high:
-            raise self._fail(path, f"{value} is out of range [{low}, {high}]")
+            raise self._fail(path, f"{small_yaml.shown(value)} is out of range [{low}, {high}]")
         return float(value)
 
     def fleet(self, doc: Any) -> FleetSpec:
@@ -119,12 +104,15 @@ class _Parser:
             doc, "(top level)", {"node_name", "driver_version", "seed", "latency", "gpus"}
         )
         node_name = top.get("node_name", "sim-gpu-node-0")
-        if not isinstance(node_name, str) or not _NODE_NAME.match(node_name):
-            raise self._fail("node_name", f"{node_name!r} is not a valid Kubernetes node name")
+        if not isinstance(node_name, str) or not NODE_NAME.match(node_name):
+            raise self._fail(
+                "node_name", f"{small_yaml.shown(node_name)} is not a valid Kubernetes node name"
+            )
         driver = top.get("driver_version", "550.54.15")
         if not isinstance(driver, str) or not _DRIVER_VERSION.match(driver):
             raise self._fail(
-                "driver_version", f'{driver!r} is not a driver version like "550.54.15" (quote it)'
+                "driver_version",
+                f'{small_yaml.shown(driver)} is not a driver version like "550.54.15" (quote it)',
             )
         seed = int(self._number(top.get("seed", 1), "seed", 0, 2**31 - 1))
         latency = self._mapping(top.get("latency", {}), "latency", {"call_us", "pcie_window_ms"})
@@ -150,7 +138,7 @@ class _Parser:
         if model is None:
             raise self._fail(
                 f"{path}.model",
-                f"unknown GPU model {model_name!r} (known: {', '.join(MODELS)})",
+                f"unknown GPU model {small_yaml.shown(model_name)} (known: {', '.join(MODELS)})",
             )
         count = int(self._number(gpu.get("count", 1), f"{path}.count", 1, MAX_GPUS))
         if isinstance(gpu.get("count", 1), float):
@@ -158,7 +146,8 @@ class _Parser:
         workload = gpu.get("workload", "training")
         if workload not in WORKLOADS:
             raise self._fail(
-                f"{path}.workload", f"unknown workload {workload!r} (known: {', '.join(WORKLOADS)})"
+                f"{path}.workload",
+                f"unknown workload {small_yaml.shown(workload)} (known: {', '.join(WORKLOADS)})",
             )
         ecc = gpu.get("ecc", True)
         if not isinstance(ecc, bool):

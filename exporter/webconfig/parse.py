@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from exporter import small_yaml
 from exporter.config import ConfigurationError
 
 MAX_FILE_BYTES = 1 << 20
@@ -91,7 +90,7 @@ class _Reader:
 
     def string(self, value: Any, key: str) -> str:
         if not isinstance(value, str) or not value:
-            raise self.fail(key, f"expected a non-empty string, got {value!r}")
+            raise self.fail(key, f"expected a non-empty string, got {small_yaml.shown(value)}")
         return value
 
     def file(self, value: Any, key: str, kind: str) -> Path:
@@ -129,19 +128,9 @@ def load_web_config(path: str | Path) -> WebSecurity:
     path = Path(path)
     reader = _Reader(path)
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise reader.fail("", f"larger than {MAX_FILE_BYTES} bytes")
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise reader.fail("", f"cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise reader.fail("", "not UTF-8 text") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise reader.fail("", f"not valid YAML{where}: {getattr(exc, 'problem', None)}") from None
+        doc = small_yaml.load(small_yaml.read_text(path, MAX_FILE_BYTES))
+    except small_yaml.YamlRefused as exc:
+        raise reader.fail("", str(exc)) from None
     top = reader.mapping(doc, "", TOP_KEYS)
     if "rate_limit" in top:
         raise reader.fail("rate_limit", "not supported; limit scrapers at the network instead")
@@ -201,7 +190,8 @@ def _users(reader: _Reader, value: Any) -> dict[str, bytes]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise reader.fail(section, f"expected a mapping of user: bcrypt hash, got {value!r}")
+        got = small_yaml.shown(value)
+        raise reader.fail(section, f"expected a mapping of user: bcrypt hash, got {got}")
     users: dict[str, bytes] = {}
     for user, hashed in value.items():
         key = f"{section}.{user}"
