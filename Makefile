@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 ARGS ?=
 
-.PHONY: run demo test lint bench bundle protos system-deps clean
+.PHONY: run demo test lint bench soak bundle protos system-deps clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ test: $(VENV)/.installed system-deps lint
 ## bench: scrape latency and render cost on the simulated default node
 bench: $(VENV)/.installed system-deps
 	$(PY) -m benchmarks.scrape_latency $(ARGS)
+
+## soak: 100,000 sweeps at 5 ms under concurrent scrapes and faults; RSS, threads and fds stay flat
+soak: $(VENV)/.installed
+	$(PY) -m benchmarks.soak $(ARGS)
 
 ## bundle: regenerate dashboards, rules and scrape configs from bundle/config.py
 bundle: $(VENV)/.installed

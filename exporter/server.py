@@ -195,6 +195,9 @@ def split_listen_address(address: str) -> tuple[str | None, int]:
     return (host or None), int(port_text)
 
 
+LISTEN_BACKLOG = 1024
+
+
 async def serve(
     app: web.Application,
     address: str,
@@ -217,7 +220,11 @@ async def serve(
     await runner.setup()
     if GUARD_KEY in app:
         app[GUARD_KEY].install(runner.server)
-    site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context)
+    # aiohttp's default backlog of 128 makes a burst of connections wait in SYN retries before
+    # the connection guard ever sees them; the guard, not the kernel queue, should decide.
+    site = web.TCPSite(
+        runner, host, port, reuse_address=True, ssl_context=ssl_context, backlog=LISTEN_BACKLOG
+    )
     await site.start()
     bound = port
     if runner.addresses:

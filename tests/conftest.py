@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -127,6 +128,15 @@ def wait_for(predicate: Callable[[], object], timeout: float = 5.0, step: float 
             return True
         time.sleep(step)
     return bool(predicate())
+
+
+def open_fds(pid: int | str = "self") -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def threads(pid: int | str = "self") -> int:
+    """Threads as the kernel counts them: gRPC's C-core threads are invisible to `threading`."""
+    return len(os.listdir(f"/proc/{pid}/task"))
 
 
 def start_xid_watch(sim: FakeNvml, poller: Poller) -> None:

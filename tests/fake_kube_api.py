@@ -3,7 +3,9 @@ WATCH streams with bookmarks and 410 Gone, on a real socket. It records every qu
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,8 +22,12 @@ class FakeKubeApi:
         # (resource, resourceVersion, type, object): the history watches replay from.
         self.events: list[tuple[str, int, str, dict]] = []
         self.expired_before = 0  # watches from an older version get 410 Gone
+        self.list_delay_seconds = 0.0  # an overloaded API server: LISTs answer this late
+        self.stall_watches = False  # watches send headers, then nothing until this is cleared
+        self.stalled = 0  # watches that have stalled so far
         self.requests: list[tuple[str, dict[str, list[str]]]] = []
         self.cond = threading.Condition()
+        self.connections: set[socket.socket] = set()
         self._server: ThreadingHTTPServer | None = None
         self.port = 0
 
@@ -106,6 +112,11 @@ class FakeKubeApi:
             self.events.append(("nodes", version, "MODIFIED", self.node_object()))
             self.cond.notify_all()
 
+    def unstall(self) -> None:
+        with self.cond:
+            self.stall_watches = False
+            self.cond.notify_all()
+
     def expire_history(self) -> None:
         """Compact: every watch from a version older than now answers 410 Gone."""
         with self.cond:
@@ -134,6 +145,17 @@ class FakeKubeApi:
             def log_message(self, *args: Any) -> None:
                 pass
 
+            def setup(self) -> None:
+                super().setup()
+                with api.cond:
+                    api.connections.add(self.connection)
+
+            def finish(self) -> None:
+                with api.cond:
+                    api.connections.discard(self.connection)
+                with contextlib.suppress(OSError):
+                    super().finish()
+
             def do_GET(self) -> None:
                 api.handle(self)
 
@@ -148,6 +170,11 @@ class FakeKubeApi:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+        # A restarted API server drops every connection, kept-alive ones included.
+        with self.cond:
+            for connection in list(self.connections):
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
         with self.cond:
             self.cond.notify_all()
 
@@ -167,6 +194,7 @@ class FakeKubeApi:
         if query.get("watch", ["false"])[0].lower() == "true":
             self._stream(handler, resource, selector, query)
         else:
+            time.sleep(self.list_delay_seconds)
             self._json(handler, 200, self._listing(resource, selector))
 
     def _matches(self, resource: str, obj: dict, selector: str) -> bool:
@@ -193,7 +221,8 @@ class FakeKubeApi:
         handler.send_header("Content-Type", "application/json")
         handler.send_header("Content-Length", str(len(data)))
         handler.end_headers()
-        handler.wfile.write(data)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up
+            handler.wfile.write(data)
 
     def _stream(
         self,
@@ -216,6 +245,10 @@ class FakeKubeApi:
         deadline = time.monotonic() + timeout
         try:
             with self.cond:
+                if self.stall_watches:
+                    self.stalled += 1
+                while self.stall_watches and self._server is not None:
+                    self.cond.wait(0.2)
                 if since < self.expired_before:
                     gone = {
                         "kind": "Status",

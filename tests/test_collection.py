@@ -344,8 +344,12 @@ def test_driver_reloads_leak_no_threads_or_event_sets(sim, make_poller):
 
     reload()  # warm: helpers that start lazily are running from here on
     threads, event_sets = threading.active_count(), sim.event_sets_open()
+    assert wait_for(lambda: sim.gpm_samples_allocated > 0)
+    gpm_samples = sim.gpm_samples_allocated
     for _ in range(20):
         reload()
+    # Buffers and event sets go with the driver; the exporter allocates fresh ones, not more.
+    assert wait_for(lambda: sim.gpm_samples_allocated <= gpm_samples)
     assert wait_for(lambda: threading.active_count() <= threads), (
         threads,
         [t.name for t in threading.enumerate()],

@@ -12,7 +12,7 @@ import pytest
 
 from exporter.kubernetes.label_names import sanitize_label_name
 from exporter.kubernetes.watcher import KubernetesWatcher
-from tests.conftest import wait_for
+from tests.conftest import open_fds, threads, wait_for
 from tests.fake_kube_api import FakeKubeApi
 
 NODE = "gpu-node-7"
@@ -182,6 +182,76 @@ def test_unreachable_api_server_then_recovery():
         started = time.monotonic()
         watcher.stop(timeout=3)
         assert time.monotonic() - started < 5
+
+
+def test_slow_list_times_out_and_is_retried(api, caplog):
+    api.put_pod(api.pod("ml", "trainer-0"))
+    api.list_delay_seconds = 1.5
+    watcher = make_watcher(api.host, list_timeout_seconds=0.3)
+    watcher.start()
+    try:
+        assert wait_for(lambda: watcher.view().watch_errors >= 3)
+        assert not watcher.view().pods_synced
+        api.list_delay_seconds = 0
+        assert wait_for(lambda: ("ml", "trainer-0") in watcher.view().pods)
+        assert watcher.view().pods_synced
+    finally:
+        started = time.monotonic()
+        watcher.stop(timeout=3)
+        assert time.monotonic() - started < 5
+    timeouts = [r for r in caplog.records if "Kubernetes API watch failed" in r.getMessage()]
+    # Repeats of the same failure are logged once, each on one line.
+    assert 1 <= len(timeouts) <= 2 and "\n" not in timeouts[0].getMessage(), timeouts
+
+
+def test_stalled_watch_is_abandoned_and_changes_arrive_by_relisting(api):
+    watcher = make_watcher(api.host, stall_grace_seconds=0.5)
+    watcher.start()
+    try:
+        assert wait_for(lambda: watcher.view().pods_synced)
+        api.stall_watches = True  # the next watch gets headers, then silence
+        assert wait_for(lambda: api.stalled >= 1)
+        errors = watcher.view().watch_errors
+        api.put_pod(api.pod("ml", "during-stall"))
+        # Without a read timeout this watch would wait for as long as the stall lasts.
+        assert wait_for(lambda: ("ml", "during-stall") in watcher.view().pods, timeout=8)
+        assert watcher.view().watch_errors > errors
+        api.unstall()
+        api.put_pod(api.pod("ml", "after-stall"))
+        assert wait_for(lambda: ("ml", "after-stall") in watcher.view().pods)
+    finally:
+        api.unstall()
+        watcher.stop(timeout=3)
+
+
+def test_api_restarts_and_410s_leak_no_threads_or_fds(api):
+    def threads_and_fds() -> tuple[int, int]:
+        return threads(), open_fds()
+
+    api.put_pod(api.pod("ml", "trainer-0"))
+    watcher = make_watcher(api.host, max_backoff_seconds=0.1)
+    watcher.start()
+    try:
+        assert wait_for(lambda: watcher.view().pods_synced)
+        before = threads_and_fds()
+        for round_ in range(15):
+            view = watcher.view()
+            api.stop()
+            assert wait_for(lambda v=view: watcher.view().watch_errors > v.watch_errors), round_
+            api.start(api.port)
+            key = ("ml", f"pod-{round_}")
+            api.put_pod(api.pod(*key))
+            assert wait_for(lambda k=key: k in watcher.view().pods), round_
+            api.expire_history()
+            assert wait_for(lambda v=view: watcher.view().relists > v.relists), round_
+        # The fake's handler threads end with their connections; the watcher's must not pile up.
+        now = threads_and_fds
+        assert wait_for(lambda: now()[0] <= before[0] + 3 and now()[1] <= before[1] + 3), (
+            before,
+            now(),
+        )
+    finally:
+        watcher.stop(timeout=3)
 
 
 def test_stop_returns_promptly_during_a_quiet_watch(api):

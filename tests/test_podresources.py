@@ -13,11 +13,23 @@ from exporter.config import LabelConfig
 from exporter.exposition.context import AttributionContext
 from exporter.podresources import generate_stubs
 from exporter.podresources.attribution import attribute, resolve
-from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
+from exporter.podresources.client import (
+    MAX_MESSAGE_BYTES,
+    PodResourcesClient,
+    PodResourcesWatcher,
+)
 from exporter.podresources.device_ids import DeviceKind, is_gpu_resource, parse_device_id
 from exporter.podresources.v1 import api_pb2
 from exporter.simulator.fake_kubelet import FakeKubelet
-from tests.conftest import LABELS, fleet_from_yaml, render, unexpected_lint_findings
+from tests.conftest import (
+    LABELS,
+    fleet_from_yaml,
+    open_fds,
+    render,
+    threads,
+    unexpected_lint_findings,
+    wait_for,
+)
 
 GPU = "GPU-8eaa0d1c-2a6d-4c1f-9e43-3c7a1b2f0d11"
 MIG = "MIG-c6d4b1a2-9f0e-5d3c-8b7a-6e5f4d3c2b1a"
@@ -314,6 +326,49 @@ def test_socket_missing_at_start_then_appears(sim, tmp_path, make_poller):
         kubelet.stop()
 
 
+def test_socket_deleted_under_a_running_watcher_then_recreated(sim, tmp_path):
+    path = tmp_path / "pod-resources" / "kubelet.sock"
+    watcher = PodResourcesWatcher(PodResourcesClient(str(path), timeout_seconds=1), 0.05, 0.2)
+    watcher.start()
+    try:
+        assert not wait_for(lambda: watcher.status.up, 0.5)  # no socket yet
+        kubelet = FakeKubelet(sim, path).start()
+        assert wait_for(lambda: watcher.status.up)
+        kubelet.stop()  # removes the socket file, as a kubelet restart does
+        assert not path.exists()
+        assert wait_for(lambda: not watcher.status.up)
+        assert watcher.latest is not None and len(watcher.latest.allocations) == 12  # kept
+        kubelet = FakeKubelet(sim, path).start()  # a new socket, a new inode
+        try:
+            assert wait_for(lambda: watcher.status.up)
+        finally:
+            kubelet.stop()
+    finally:
+        watcher.stop()
+    assert dict(watcher.status.errors)["UNAVAILABLE"] >= 2
+
+
+def test_thirty_kubelet_restarts_leak_no_threads_or_fds(sim, kubelet):
+    watcher = watcher_for(kubelet, max_backoff_seconds=0.1)
+    watcher.start()
+    try:
+        assert wait_for(lambda: watcher.status.up)
+        before = (threads(), open_fds())
+        for _ in range(30):
+            kubelet.stop()
+            assert wait_for(lambda: not watcher.status.up)
+            kubelet.start()
+            assert wait_for(lambda: watcher.status.up)
+        # gRPC's pollers and the kubelet's own pool come and go; a leak per restart would be 30+.
+        assert wait_for(lambda: threads() <= before[0] + 2 and open_fds() <= before[1] + 2), (
+            before,
+            threads(),
+            open_fds(),
+        )
+    finally:
+        watcher.stop()
+
+
 def test_rate_limit_backs_off_with_one_call_in_flight(sim, kubelet):
     kubelet.faults.rate_limited_calls = 3
     kubelet.faults.delay_seconds = 0.01
@@ -365,6 +420,36 @@ def test_large_list_response(sim, kubelet):
         with pytest.raises(grpc.RpcError) as info:
             api_pb2_grpc.PodResourcesListerStub(channel).List(api_pb2.ListPodResourcesRequest())
         assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_sixteen_mib_list_response(sim, kubelet, make_poller):
+    kubelet.faults.padding_pods = 160_000
+    size = kubelet.list_response().ByteSize()
+    assert 16 * 2**20 < size < MAX_MESSAGE_BYTES
+    watcher = watcher_for(kubelet)
+    assert watcher.refresh(), watcher.status.last_error
+    assert len(watcher.latest.allocations) == 12
+    assert watcher.status.last_duration_seconds < 5
+
+
+def test_list_response_over_the_limit_is_one_clear_error(sim, kubelet, make_poller):
+    watcher = PodResourcesWatcher(
+        PodResourcesClient(str(kubelet.socket_path), timeout_seconds=5, max_message_bytes=2**20),
+        0.05,
+    )
+    assert watcher.refresh()
+    kubelet.faults.padding_pods = 20_000  # about 2 MB
+    assert not watcher.refresh()
+    error = watcher.status.last_error
+    assert error.startswith("RESOURCE_EXHAUSTED") and "larger than max" in error, error
+    assert "\n" not in error
+    # The last good attribution stays, and device metrics are still served with podresources_up 0.
+    assert len(watcher.latest.allocations) == 12
+    context = AttributionContext(pods=watcher.latest, pods_status=watcher.status)
+    text = render(make_poller().sweep(), LABELS, context)
+    assert "kube_gpu_exporter_podresources_up 0" in text and 'pod="' in text
+    kubelet.faults.padding_pods = 0
+    assert watcher.refresh()
 
 
 def test_old_kubelet_without_allocatable(sim, kubelet, make_poller):

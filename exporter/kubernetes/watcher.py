@@ -50,6 +50,8 @@ class KubernetesWatcher(BackgroundThread):
         max_labels_per_pod: int = 10,
         max_backoff_seconds: float = 30.0,
         watch_timeout_seconds: int = 300,
+        list_timeout_seconds: float = 30.0,
+        stall_grace_seconds: float = 15.0,
     ) -> None:
         super().__init__()
         self._factory = api_client_factory
@@ -58,6 +60,11 @@ class KubernetesWatcher(BackgroundThread):
         self._cap = max_labels_per_pod
         self._max_backoff = max_backoff_seconds
         self._watch_timeout = watch_timeout_seconds
+        self._list_timeout = list_timeout_seconds
+        # An overloaded API server can hold a watch open and send nothing, not even the closing
+        # chunk at its own timeout; a read silent for longer than that plus this is abandoned,
+        # and the next round lists again, so no change is lost while the stream was stuck.
+        self._stall_grace = stall_grace_seconds
         self._lock = threading.Lock()
         self._view = EMPTY_VIEW
         self._node_thread: threading.Thread | None = None
@@ -152,7 +159,7 @@ class KubernetesWatcher(BackgroundThread):
             field_selector=selector,
             resource_version="0",
             _preload_content=False,
-            _request_timeout=(5, 30),
+            _request_timeout=(5, self._list_timeout),
         )
         try:
             body = json.loads(response.data)
@@ -180,7 +187,7 @@ class KubernetesWatcher(BackgroundThread):
                     resource_version=version,
                     allow_watch_bookmarks=True,
                     timeout_seconds=self._watch_timeout,
-                    _request_timeout=(5, self._watch_timeout + 15),
+                    _request_timeout=(5, self._watch_timeout + self._stall_grace),
                 ):
                     on_event(event["type"], event["raw_object"])
                     if self._stop.is_set():

@@ -24,8 +24,10 @@ from exporter.podresources.v1 import api_pb2, api_pb2_grpc
 log = logging.getLogger(__name__)
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
-# The kubelet's own client accepts 16 MiB; busy nodes exceed gRPC's 4 MiB default (#509).
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+# Busy nodes exceed gRPC's 4 MiB default (#509) and the kubelet's own client stops at 16 MiB.
+# Twice that lets a 16 MiB List through with room, while bounding what one answer can cost us:
+# the received bytes plus the parsed message, about three times the size, until the sweep ends.
+MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 _BACK_OFF = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)
 
 
@@ -41,9 +43,15 @@ class PodResourcesStatus:
 class PodResourcesClient:
     """Blocking calls over the unix socket; one channel, rebuilt after the kubelet restarts."""
 
-    def __init__(self, socket_path: str, timeout_seconds: float = 10.0) -> None:
+    def __init__(
+        self,
+        socket_path: str,
+        timeout_seconds: float = 10.0,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+    ) -> None:
         self._target = f"unix://{socket_path}"
         self._timeout = timeout_seconds
+        self._max_message_bytes = max_message_bytes
         self._channel: grpc.Channel | None = None
         self._stub: api_pb2_grpc.PodResourcesListerStub | None = None
 
@@ -52,7 +60,7 @@ class PodResourcesClient:
             self._channel = grpc.insecure_channel(
                 self._target,
                 options=[
-                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                    ("grpc.max_receive_message_length", self._max_message_bytes),
                     ("grpc.initial_reconnect_backoff_ms", 200),
                     ("grpc.max_reconnect_backoff_ms", 2000),
                 ],

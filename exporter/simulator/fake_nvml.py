@@ -105,6 +105,7 @@ class _EventSet:
     masks: dict[int, int] = field(default_factory=dict)  # gpu index -> registered event mask
     lost_pending: set[int] = field(default_factory=set)
     dropped: int = 0
+    destroyed: bool = False  # the driver went away under it
 
 
 class FakeNvml:
@@ -269,6 +270,20 @@ class FakeNvml:
         self.driver_loaded = False
         with self._init_lock:
             self._init_count = 0
+        # Event sets live in the driver: they go with it, and a waiter wakes to an error instead
+        # of queueing events for a handle nobody can free any more.
+        with self._event_lock:
+            sets = list(self._event_sets.values())
+            self._event_sets.clear()
+        # GPM sample buffers too: the exporter drops its handles when NVML goes (GpmSampler
+        # .invalidate), since freeing a buffer the library already released could crash it.
+        with self._gpm_lock:
+            self._gpm_samples.clear()
+        for event_set in sets:
+            with event_set.cond:
+                event_set.destroyed = True
+                event_set.queue.clear()
+                event_set.cond.notify_all()
 
     def load_driver(self) -> None:
         self.driver_loaded = True
@@ -913,6 +928,8 @@ class FakeNvml:
         deadline = time.monotonic() + timeout_ms / 1000
         with target.cond:
             while True:
+                if target.destroyed:
+                    raise pynvml.NVMLError_Uninitialized()
                 if target.lost_pending:
                     target.lost_pending.pop()
                     raise pynvml.NVMLError_GpuIsLost()
