@@ -65,7 +65,7 @@ class Handlers:
         if exposition is None:
             return web.Response(status=503, text="no NVML snapshot collected yet\n")
         gzip = accepts_gzip(request.headers.get("Accept-Encoding", ""))
-        body = exposition.response(gzip, self._config.stale_after_seconds, self._guard.counts())
+        body = exposition.response(gzip, self._config.stale_after_seconds, self._guard.counts)
         return web.Response(body=body, headers=_GZIP_HEADERS if gzip else _PLAIN_HEADERS)
 
     def _health_problem(self) -> str | None:

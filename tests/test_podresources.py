@@ -422,7 +422,7 @@ def test_large_list_response(sim, kubelet):
         assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
-def test_sixteen_mib_list_response(sim, kubelet, make_poller):
+def test_sixteen_mib_list_response(sim, kubelet):
     kubelet.faults.padding_pods = 160_000
     size = kubelet.list_response().ByteSize()
     assert 16 * 2**20 < size < MAX_MESSAGE_BYTES

@@ -38,14 +38,14 @@ class Exposition:
         self,
         gzip: bool,
         stale_after_seconds: float,
-        connections: ConnectionCounts | None = None,
+        connections: Callable[[], ConnectionCounts] | None = None,
     ) -> bytes:
         """The full response body, rebuilt at most once per TAIL_RESOLUTION_SECONDS."""
         slot = int(time.monotonic() / TAIL_RESOLUTION_SECONDS)
         cached = self._responses.get(gzip)
         if cached is not None and cached[0] == slot:
             return cached[1]
-        tail = self.tail(stale_after_seconds, connections)
+        tail = self.tail(stale_after_seconds, connections() if connections else None)
         body = self.gzipped(tail) if gzip else self.plain(tail)
         self._responses[gzip] = (slot, body)
         return body

@@ -134,13 +134,11 @@ class XidWatcher(BackgroundThread):
                     # The driver went away with our event set. The poller re-initialises NVML
                     # on its own backoff; registering is retried every second until it is back,
                     # so a reload does not leave XIDs unwatched for a growing backoff.
+                    delay = 1.0
                     log.info("XID event set gone with the driver; re-registering when it is back")
-                    self.healthy = False
-                    self._release()
-                    self._stop.wait(1.0)
-                    continue
-                delay = backoff.failed()
-                log.warning("XID event wait failed: %s; re-registering in %.0fs", exc, delay)
+                else:
+                    delay = backoff.failed()
+                    log.warning("XID event wait failed: %s; re-registering in %.0fs", exc, delay)
                 self.healthy = False
                 self._release()
                 self._stop.wait(delay)

@@ -82,10 +82,9 @@ class _Parser:
             raise self._fail(path, f"expected a mapping, got {_kind(value)}")
         for key in value:
             if key not in allowed:
+                name = str(key)[:SHOWN_KEY]
                 raise self._fail(
-                    f"{path}.{str(key)[:SHOWN_KEY]}"
-                    if path != "(top level)"
-                    else str(key)[:SHOWN_KEY],
+                    name if path == "(top level)" else f"{path}.{name}",
                     f"unknown field (allowed: {', '.join(sorted(allowed))})",
                 )
         return value
