@@ -42,9 +42,11 @@ lint: $(VENV)/.installed
 test: $(VENV)/.installed system-deps lint
 	$(PY) -m pytest
 
-## bench: scrape latency and render cost on the simulated default node
+## bench: exporter against a baseline and nvitop-exporter on four fleets, then a 1,000-node
+## Prometheus backfill and its dashboard queries (about an hour; ARGS="--quick", "--part exporter",
+## "--output bench.md")
 bench: $(VENV)/.installed system-deps
-	$(PY) -m benchmarks.scrape_latency $(ARGS)
+	$(PY) -m benchmarks $(ARGS)
 
 ## soak: 100,000 sweeps at 5 ms under concurrent scrapes and faults; RSS, threads and fds stay flat
 soak: $(VENV)/.installed

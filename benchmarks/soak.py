@@ -29,7 +29,6 @@ import json
 import os
 import platform
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -43,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks.scrape_latency import REPO, free_port, wait_ready
+from benchmarks.processes import REPO, free_port, proc_sample, wait_ready
 
 CHILD = "_exporter"  # first argument that turns `python -m benchmarks.soak` into the exporter
 STATS_PATH = "/-/soak"
@@ -160,14 +159,6 @@ class Tally:
                 self.errors.append(what)
 
 
-def proc_status(pid: int) -> tuple[int, int, int]:
-    """(RSS bytes, threads, open fds) of a live process."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    rss = int(re.search(r"^VmRSS:\s+(\d+) kB", status, re.M).group(1)) * 1024  # type: ignore[union-attr]
-    threads = int(re.search(r"^Threads:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
-    return rss, threads, len(os.listdir(f"/proc/{pid}/fd"))
-
-
 def fetch_json(url: str, method: str = "GET") -> object:
     request = urllib.request.Request(url, data=b"" if method == "POST" else None, method=method)
     with urllib.request.urlopen(request, timeout=30) as response:
@@ -248,7 +239,8 @@ def fault_cycle(base: str, rng: random.Random, pause: float, tally: Tally) -> No
 def sample(pid: int, base: str) -> Sample:
     stats = fetch_json(base + STATS_PATH)
     assert isinstance(stats, dict)
-    rss, threads, fds = proc_status(pid)
+    proc = proc_sample(pid)
+    rss, threads, fds = proc.rss_bytes, proc.threads, proc.fds
     return Sample(time.monotonic(), stats["sweeps"], rss, threads, fds, stats["tasks"])
 
 

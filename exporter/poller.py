@@ -92,8 +92,12 @@ class Poller(BackgroundThread):
         publish: Callable[[NodeSnapshot], None],
         *,
         workers: int = 16,
+        helper_threads: bool = True,
     ) -> None:
         super().__init__()
+        # False: the PCIe and GPM samplers get no threads of their own; whoever steps simulated
+        # time (the benchmark's cluster history) runs their rounds with `run_helpers_once()`.
+        self._helper_threads = helper_threads
         self._config = config
         self._publish = publish
         self._tally = ErrorTally()
@@ -311,6 +315,12 @@ class Poller(BackgroundThread):
         self._identities[index] = (identity, now)
         return identity
 
+    def run_helpers_once(self) -> None:
+        """One PCIe and one GPM round now, on this thread; the next sweep reports them."""
+        for helper in (self._pcie, self._gpm):
+            if helper is not None:
+                helper.sample_once()
+
     def retry_init_now(self) -> None:
         """Skip the remaining init backoff: the next sweep tries nvmlInit again."""
         self._next_init_at = 0.0
@@ -362,7 +372,7 @@ class Poller(BackgroundThread):
         self._last_init_error = None
         log.info("NVML initialised, driver %s", self._driver_version)
         for helper in (self._xid, self._pcie, self._gpm):
-            if helper is not None:
+            if helper is not None and (self._helper_threads or helper is self._xid):
                 helper.start()
 
     def _lose_nvml(self, exc: NVMLError) -> None:

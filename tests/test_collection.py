@@ -9,6 +9,7 @@ from dataclasses import replace
 import pynvml
 
 from exporter.config import CollectionConfig
+from exporter.nvml.device_reader import POWER_AVERAGE, POWER_INSTANT
 from exporter.snapshot import NodeSnapshot
 from tests.conftest import FAST, fleet_from_yaml, render, start_xid_watch, wait_for
 
@@ -84,8 +85,8 @@ def test_unsupported_calls_are_remembered_not_retried(make_sim, make_poller):
         poller.sweep()
     # GetMigMode is NOT_SUPPORTED on T4: asked once per GPU, then never again.
     assert sim.calls["nvmlDeviceGetMigMode"] == first["nvmlDeviceGetMigMode"] == 2
-    # Power is supported: asked every sweep.
-    assert sim.calls["nvmlDeviceGetPowerUsage"] == 4 * 2
+    # Temperature is supported: asked every sweep.
+    assert sim.calls["nvmlDeviceGetTemperature"] == 4 * 2
     snap = poller.sweep()
     assert snap.gpus[0].identity.mig_enabled is None
     assert snap.gpus[0].readings.memory_temperature_c is None  # GDDR6: no memory sensor
@@ -102,6 +103,14 @@ def test_unsupported_batched_fields_are_dropped_from_later_batches(make_sim, mak
     )
     poller = make_poller()
     poller.sweep()
+    requested = _spy_field_requests(poller)
+    assert len(requested) == 1
+    assert pynvml.NVML_FI_DEV_MEMORY_TEMP not in requested[0]
+    assert pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION in requested[0]
+
+
+def _spy_field_requests(poller) -> list[list]:
+    """The id lists of every nvmlDeviceGetFieldValues call made during one sweep."""
     requested: list[list] = []
     original = pynvml.nvmlDeviceGetFieldValues
 
@@ -114,9 +123,37 @@ def test_unsupported_batched_fields_are_dropped_from_later_batches(make_sim, mak
         poller.sweep()
     finally:
         pynvml.nvmlDeviceGetFieldValues = original
-    assert len(requested) == 1
-    assert pynvml.NVML_FI_DEV_MEMORY_TEMP not in requested[0]
-    assert pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION in requested[0]
+    return requested
+
+
+def test_board_power_comes_from_the_field_batch(sim, make_poller):
+    poller = make_poller()
+    poller.sweep()
+    requests = _spy_field_requests(poller)
+    assert len(requests) == 8 and all(POWER_AVERAGE in r and POWER_INSTANT in r for r in requests)
+    snap = poller.sweep()
+    assert sim.calls["nvmlDeviceGetPowerUsage"] == 0
+    for gpu in snap.gpus:
+        assert 60_000 <= gpu.readings.power_mw <= 700_000  # milliwatts, as the getter gives
+
+
+def test_ga100_power_is_the_instant_field_as_its_getter_reports(make_sim, make_poller):
+    make_sim(fleet_from_yaml("gpus: [{model: A100-SXM4-80GB}]"))
+    poller = make_poller()
+    poller.sweep()
+    [request] = _spy_field_requests(poller)
+    assert POWER_INSTANT in request and POWER_AVERAGE not in request
+    power = poller.sweep().gpus[0].readings.power_mw
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    assert abs(power - pynvml.nvmlDeviceGetPowerUsage(handle)) < 0.05 * power
+
+
+def test_power_falls_back_to_the_getter_when_the_batch_fails(sim, make_poller):
+    poller = make_poller()
+    sim.faults.fail("nvmlDeviceGetFieldValues", pynvml.NVML_ERROR_UNKNOWN)
+    snap = poller.sweep()
+    assert all(g.readings.power_mw > 0 for g in snap.gpus)
+    assert sim.calls["nvmlDeviceGetPowerUsage"] == len(snap.gpus)
 
 
 def test_function_not_found_falls_back_to_older_calls(make_sim, make_poller):
@@ -159,7 +196,7 @@ def test_lost_gpu_is_marked_down_and_others_keep_exporting(sim, make_poller):
 def test_hanging_device_call_marks_only_that_device_stale(sim, make_poller):
     poller = make_poller(replace(FAST, device_timeout_seconds=0.3))
     first = poller.sweep()
-    sim.faults.hang("nvmlDeviceGetPowerUsage", gpu=2)
+    sim.faults.hang("nvmlDeviceGetTemperature", gpu=2)
     started = time.monotonic()
     snap = poller.sweep()
     assert time.monotonic() - started < 1.0
@@ -167,10 +204,10 @@ def test_hanging_device_call_marks_only_that_device_stale(sim, make_poller):
     assert snap.gpus[2].readings == first.gpus[2].readings  # last good values kept
     assert all(not g.stale and g.up for i, g in enumerate(snap.gpus) if i != 2)
     # The hung device is not asked again while its call is stuck: no thread pile-up.
-    calls = sim.calls["nvmlDeviceGetPowerUsage"]
+    calls = sim.calls["nvmlDeviceGetTemperature"]
     poller.sweep()
     assert sim.faults.hung_calls == 1
-    assert sim.calls["nvmlDeviceGetPowerUsage"] == calls + 7
+    assert sim.calls["nvmlDeviceGetTemperature"] == calls + 7
     sim.faults.release_all()
     assert wait_for(lambda: not poller.sweep().gpus[2].stale)
 
@@ -392,3 +429,32 @@ def test_collection_interval_is_respected(sim, make_poller):
     poller.stop()
     assert 4 <= len(snaps) <= 6
     assert [s.sequence for s in snaps] == list(range(1, len(snaps) + 1))
+
+
+def test_helpers_step_with_simulated_time_instead_of_threads():
+    """The cluster benchmark steps simulated time: PCIe and GPM rounds then run on the caller's
+    thread, one per step, and their readings reach the next sweep."""
+    import threading
+
+    from exporter.poller import Poller
+    from exporter.simulator.fake_nvml import FakeNvml
+    from exporter.simulator.fleet import default_fleet
+    from tests.conftest import quiet
+
+    clock = [0.0]
+    with FakeNvml(quiet(default_fleet()), clock=lambda: clock[0]):
+        poller = Poller(CollectionConfig(xid_enabled=False), lambda s: None, helper_threads=False)
+        try:
+            for step in range(3):
+                clock[0] = step * 15.0
+                snap = poller.sweep()
+                if step == 0:
+                    assert snap.gpus[0].profiling is None
+                poller.run_helpers_once()
+            names = {t.name for t in threading.enumerate()}
+            assert not names & {"gpm-sampler", "pcie-sampler"}
+            whole = snap.gpus[0]
+            assert whole.profiling is not None and 0 < whole.profiling.graphics_active <= 1
+            assert whole.readings.pcie_tx_kbps is not None
+        finally:
+            poller.stop()

@@ -19,6 +19,7 @@ from exporter.podresources.client import (
     PodResourcesWatcher,
 )
 from exporter.podresources.device_ids import DeviceKind, is_gpu_resource, parse_device_id
+from exporter.podresources.grpc_unary import RpcError
 from exporter.podresources.v1 import api_pb2
 from exporter.simulator.fake_kubelet import FakeKubelet
 from tests.conftest import (
@@ -465,9 +466,10 @@ def test_old_kubelet_without_allocatable(sim, kubelet, make_poller):
 
 def test_get_where_offered(sim, kubelet):
     client = PodResourcesClient(str(kubelet.socket_path))
-    with pytest.raises(grpc.RpcError) as info:
+    with pytest.raises(RpcError) as info:
         client.get("ml-training", "llm-pretrain-worker-0")
-    assert info.value.code() == grpc.StatusCode.UNKNOWN  # gate KubeletPodResourcesGet off
+    assert info.value.code == "UNKNOWN"  # gate KubeletPodResourcesGet off
+    assert info.value.details == "PodResources API Get method disabled"
     kubelet.faults.get_enabled = True
     pod = client.get("ml-training", "llm-pretrain-worker-0").pod_resources
     assert pod.containers[0].devices[0].device_ids == [sim.gpus[0].uuid, sim.gpus[1].uuid]

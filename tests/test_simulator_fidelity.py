@@ -405,3 +405,24 @@ def test_slow_and_hanging_calls(sim):
     assert not done.wait(0.2)
     sim.faults.release_all()
     assert done.wait(2)
+
+
+@pytest.mark.parametrize(
+    ("model", "averaged"),
+    [("H100-80GB-HBM3", True), ("L4", True), ("A100-SXM4-80GB", False), ("T4", False)],
+)
+def test_power_fields_follow_the_architecture(model, averaged):
+    """Field 185 (1 s average) exists on Ampere other than GA100 and newer; 186 (instant)
+    everywhere; nvmlDeviceGetPowerUsage reports the average where there is one."""
+    with FakeNvml(fleet_from_yaml(one_gpu(model))):
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        average, instant = pynvml.nvmlDeviceGetFieldValues(handle, [185, 186])
+        getter = pynvml.nvmlDeviceGetPowerUsage(handle)
+        assert instant.nvmlReturn == pynvml.NVML_SUCCESS and instant.value.ullVal > 0
+        if averaged:
+            assert average.nvmlReturn == pynvml.NVML_SUCCESS
+            assert abs(average.value.ullVal - getter) <= 0.05 * getter
+        else:
+            assert average.nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
+            assert abs(instant.value.ullVal - getter) <= 0.05 * getter

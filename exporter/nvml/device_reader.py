@@ -1,8 +1,8 @@
 """Reads one GPU: its identity once, then its board-level values every sweep.
 
-Counters that the driver serves from one internal call (ECC, energy, PCIe replays, NVLink, row
-remapping, memory temperature) are fetched in a single `nvmlDeviceGetFieldValues` batch, checking
-each entry's own return code. Everything else uses the plain getters.
+Every value NVML has a field id for (ECC, energy, PCIe replays, NVLink, row remapping, memory
+temperature, board power) is fetched in a single `nvmlDeviceGetFieldValues` batch per GPU,
+checking each entry's own return code. Everything else uses the plain getters.
 """
 
 from __future__ import annotations
@@ -30,6 +30,13 @@ BATCHED_FIELDS: dict[int, str] = {
     pynvml.NVML_FI_DEV_REMAPPED_PENDING: "remapped_rows_pending",
     pynvml.NVML_FI_DEV_REMAPPED_FAILURE: "remapped_rows_failure",
 }
+# Board power as nvmlDeviceGetPowerUsage reports it: the 1 s average on Ampere (GA100 excepted)
+# and newer, the instantaneous draw on the others (nvml-facts.md). The batch asks for both and
+# takes the average where the GPU has one; the getter stays the fallback for a driver that
+# knows neither field.
+POWER_AVERAGE = getattr(pynvml, "NVML_FI_DEV_POWER_AVERAGE", 185)
+POWER_INSTANT = getattr(pynvml, "NVML_FI_DEV_POWER_INSTANT", 186)
+_POWER_FIELDS: dict[int, str] = {POWER_AVERAGE: "_power_average", POWER_INSTANT: "_power_instant"}
 NVLINK_FIELDS: dict[int, str] = {
     pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: "nvlink_tx_kib",
     pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: "nvlink_rx_kib",
@@ -113,7 +120,6 @@ class DeviceReader:
             dec = call(uuid, "decoder", "nvmlDeviceGetDecoderUtilization", handle)
             values["decoder_util_pct"] = None if dec is None else dec[0]
             values.update(self._memory(uuid, handle))
-        values["power_mw"] = call(uuid, "power", "nvmlDeviceGetPowerUsage", handle)
         values["power_limit_mw"] = call(
             uuid, "power_limit", "nvmlDeviceGetPowerManagementLimit", handle
         )
@@ -134,7 +140,13 @@ class DeviceReader:
                 alt("nvmlDeviceGetCurrentClocksThrottleReasons", handle),
             ],
         )
-        values.update(self._batched(uuid, handle))
+        batched = self._batched(uuid, handle)
+        average, instant = (batched.pop(a, None) for a in _POWER_FIELDS.values())
+        power = average if average is not None else instant
+        if power is None:
+            power = call(uuid, "power", "nvmlDeviceGetPowerUsage", handle)
+        values["power_mw"] = power
+        values.update(batched)
         return GpuReadings(**{k: v for k, v in values.items() if v is not None})
 
     def _memory(self, uuid: str, handle: Any) -> dict[str, int]:
@@ -177,8 +189,9 @@ class DeviceReader:
             plan = self._plans.get(uuid)
         if plan is not None:
             return plan
-        request: list[int | tuple[int, int]] = list(BATCHED_FIELDS)
-        attributes = list(BATCHED_FIELDS.values())
+        fields = {**BATCHED_FIELDS, **_POWER_FIELDS}
+        request: list[int | tuple[int, int]] = list(fields)
+        attributes = list(fields.values())
         for link in range(self._nvlink_count(uuid, handle)):
             for field_id, attribute in NVLINK_FIELDS.items():
                 request.append((field_id, link))

@@ -2,8 +2,9 @@
 
 The kubelet rate-limits this API to 100 QPS with a burst of 10 for every client on the node, so we
 refresh at most once per interval, keep one call in flight, and back off on RESOURCE_EXHAUSTED
-and UNAVAILABLE. A kubelet restart recreates the socket: on UNAVAILABLE the channel is rebuilt, so
-the next attempt connects to the new socket without restarting the exporter.
+and UNAVAILABLE. A kubelet restart recreates the socket: on UNAVAILABLE the connection is dropped,
+so the next attempt connects to the new socket without restarting the exporter. The calls go
+through `grpc_unary`, our own small gRPC client, rather than grpcio (its docstring says why).
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import TypeVar
 
-import grpc
+from google.protobuf.message import DecodeError, Message
 
 from exporter.background import BackgroundThread
 from exporter.backoff import Backoff
 from exporter.podresources.allocations import PodResourcesSnapshot, from_responses
-from exporter.podresources.v1 import api_pb2, api_pb2_grpc
+from exporter.podresources.grpc_unary import RpcError, UnaryChannel
+from exporter.podresources.v1 import api_pb2
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +31,10 @@ DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # Twice that lets a 16 MiB List through with room, while bounding what one answer can cost us:
 # the received bytes plus the parsed message, about three times the size, until the sweep ends.
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
-_BACK_OFF = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)
+_BACK_OFF = ("RESOURCE_EXHAUSTED", "UNAVAILABLE")
+_Response = TypeVar("_Response", bound=Message)
+# The service's full name: package `v1`, as the kubelet registers it.
+_SERVICE = "/v1.PodResourcesLister/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +47,7 @@ class PodResourcesStatus:
 
 
 class PodResourcesClient:
-    """Blocking calls over the unix socket; one channel, rebuilt after the kubelet restarts."""
+    """Blocking calls over the unix socket; one connection, reopened after the kubelet restarts."""
 
     def __init__(
         self,
@@ -49,42 +55,34 @@ class PodResourcesClient:
         timeout_seconds: float = 10.0,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
-        self._target = f"unix://{socket_path}"
         self._timeout = timeout_seconds
-        self._max_message_bytes = max_message_bytes
-        self._channel: grpc.Channel | None = None
-        self._stub: api_pb2_grpc.PodResourcesListerStub | None = None
-
-    def _lister(self) -> api_pb2_grpc.PodResourcesListerStub:
-        if self._stub is None:
-            self._channel = grpc.insecure_channel(
-                self._target,
-                options=[
-                    ("grpc.max_receive_message_length", self._max_message_bytes),
-                    ("grpc.initial_reconnect_backoff_ms", 200),
-                    ("grpc.max_reconnect_backoff_ms", 2000),
-                ],
-            )
-            self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
-        return self._stub
+        self._channel = UnaryChannel(socket_path, max_message_bytes)
 
     def reset(self) -> None:
-        if self._channel is not None:
-            self._channel.close()
-        self._channel = None
-        self._stub = None
+        self._channel.close()
+
+    def _call(self, method: str, request: Message, response_type: type[_Response]) -> _Response:
+        payload = self._channel.call(_SERVICE + method, request.SerializeToString(), self._timeout)
+        try:
+            return response_type.FromString(payload)
+        except DecodeError as exc:
+            raise RpcError("INTERNAL", f"undecodable {method} response: {exc}") from None
 
     def list(self) -> api_pb2.ListPodResourcesResponse:
-        return self._lister().List(api_pb2.ListPodResourcesRequest(), timeout=self._timeout)
+        return self._call(
+            "List", api_pb2.ListPodResourcesRequest(), api_pb2.ListPodResourcesResponse
+        )
 
     def allocatable(self) -> api_pb2.AllocatableResourcesResponse:
-        return self._lister().GetAllocatableResources(
-            api_pb2.AllocatableResourcesRequest(), timeout=self._timeout
+        return self._call(
+            "GetAllocatableResources",
+            api_pb2.AllocatableResourcesRequest(),
+            api_pb2.AllocatableResourcesResponse,
         )
 
     def get(self, namespace: str, pod: str) -> api_pb2.GetPodResourcesResponse:
         request = api_pb2.GetPodResourcesRequest(pod_name=pod, pod_namespace=namespace)
-        return self._lister().Get(request, timeout=self._timeout)
+        return self._call("Get", request, api_pb2.GetPodResourcesResponse)
 
 
 class PodResourcesWatcher(BackgroundThread):
@@ -129,18 +127,17 @@ class PodResourcesWatcher(BackgroundThread):
             if not self._allocatable_unimplemented:
                 try:
                     allocatable = self._client.allocatable()
-                except grpc.RpcError as exc:
-                    if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                except RpcError as exc:
+                    if exc.code != "UNIMPLEMENTED":
                         raise
                     log.info("kubelet has no GetAllocatableResources (before 1.21); skipping it")
                     self._allocatable_unimplemented = True
-        except grpc.RpcError as exc:
-            code = exc.code()
+        except RpcError as exc:
             with self._lock:
-                self._errors[code.name] += 1
-            if code in _BACK_OFF:
+                self._errors[exc.code] += 1
+            if exc.code in _BACK_OFF:
                 self._client.reset()
-            message = f"{code.name}: {exc.details()}"
+            message = str(exc)
             if message != self.status.last_error:
                 log.warning("pod-resources call failed: %s", message)
             self._set_status(False, time.monotonic() - started, message)

@@ -47,6 +47,11 @@ MIN_DRIVER_FOR = {
     "nvmlDeviceGetTemperatureV": 575,
     "nvmlDeviceGetMemoryInfo_v2": 510,
 }
+# nvml*-named helpers of nvidia-ml-py itself that never reach libnvidia-ml: replacing them would
+# break callers that build exception classes or convert structs (nvitop does at import).
+_BINDING_HELPERS = frozenset(
+    {"nvmlExceptionClass", "nvmlStructToFriendlyObject", "nvmlFriendlyObjectToStruct"}
+)
 NO_INSTANCE = 0xFFFFFFFF
 _GPU_HANDLE_STRIDE = 0x10000
 _MIG_HANDLE_STRIDE = 0x100
@@ -61,6 +66,9 @@ _BASE_EVENTS = (
     | pynvml.nvmlEventTypeClock
 )
 _ERROR_TEXT = dict(pynvml.NVMLError._errcode_to_string)
+# Board power fields (nvml.h): 185 the 1 s average, 186 the instantaneous draw.
+_FIELD_POWER_AVERAGE = getattr(pynvml, "NVML_FI_DEV_POWER_AVERAGE", 185)
+_FIELD_POWER_INSTANT = getattr(pynvml, "NVML_FI_DEV_POWER_INSTANT", 186)
 _FIELD_ECC = {
     pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: "sbe_volatile",
     pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: "dbe_volatile",
@@ -147,7 +155,11 @@ class FakeNvml:
             if meta is not None:
                 implemented[meta[0]] = self._wrap(member, *meta)
         for name, original in vars(pynvml).items():
-            if name.startswith("nvml") and inspect.isfunction(original):
+            if (
+                name.startswith("nvml")
+                and inspect.isfunction(original)
+                and name not in _BINDING_HELPERS
+            ):
                 self._saved[name] = original
                 setattr(pynvml, name, implemented.get(name) or self._not_modelled(name))
         return self
@@ -614,7 +626,8 @@ class FakeNvml:
 
     @_api()
     def nvmlDeviceGetPowerUsage(self, gpu: SimGpu, instance: None) -> int:
-        return gpu.power_mw(self.now())
+        t = self.now()
+        return gpu.power_average_mw(t) if gpu.model.averaged_power else gpu.power_mw(t)
 
     @_api()
     def nvmlDeviceGetPowerManagementLimit(self, gpu: SimGpu, instance: None) -> int:
@@ -753,6 +766,12 @@ class FakeNvml:
             return gpu.energy_mj(t)
         if field_id == pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER:
             return gpu.pcie_replays
+        if field_id == _FIELD_POWER_INSTANT:
+            return gpu.power_mw(t)
+        if field_id == _FIELD_POWER_AVERAGE:
+            if not gpu.model.averaged_power:
+                raise _Unsupported
+            return gpu.power_average_mw(t)
         if field_id == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
             if not gpu.model.nvlink_links:
                 raise _Unsupported

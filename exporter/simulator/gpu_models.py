@@ -58,6 +58,13 @@ class GpuModel:
         return self.architecture >= ARCH_AMPERE
 
     @property
+    def averaged_power(self) -> bool:
+        """Whether the board reports a 1 s power average (field 185, and what
+        nvmlDeviceGetPowerUsage returns): Ampere and newer, except GA100, the only compute
+        capability 8.0 chip. The others report the instantaneous draw."""
+        return self.architecture >= ARCH_AMPERE and self.compute_capability != (8, 0)
+
+    @property
     def gpm_supported(self) -> bool:
         """NVML GPU Performance Monitoring exists from Hopper on; Ada, Ampere and older say no."""
         return self.architecture >= ARCH_HOPPER

@@ -140,6 +140,10 @@ class SimGpu:
     def power_limit_mw(self) -> int:
         return self.model.tdp_mw
 
+    def power_average_mw(self, t: float) -> int:
+        """The draw averaged over the last second, as the boards that keep an average report."""
+        return int(sum(self.power_mw(t - k / 4) for k in range(5)) / 5)
+
     def power_mw(self, t: float) -> int:
         u = self.utilization(t)
         dynamic = (self.model.tdp_mw * 0.97 - self.model.idle_power_mw) * u**1.2

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from dashboards.grafana_queries import resolve_variables, substitute
 from tests.e2e.conftest import wait_until
-from tests.e2e.grafana import resolve_variables, substitute
 
 # From ../shared/reference/dcgm-compat.md section 7 (panel id: title, query).
 SEL = '{instance=~"$instance", gpu=~"$gpu"}'

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from bundle.localstack.configs import FAST
+from dashboards.grafana_queries import macros, panel_queries, resolve_variables, seconds, substitute
 from tests.e2e.conftest import wait_until
-from tests.e2e.grafana import macros, panel_queries, resolve_variables, seconds, substitute
 from tests.e2e.ksm_fake import PENDING_POD, ksm_exposition
 
 ROOT = Path(__file__).resolve().parents[2]

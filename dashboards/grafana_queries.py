@@ -1,6 +1,7 @@
 """What Grafana does to a dashboard's queries before they reach Prometheus: resolve template
 variables through their own `label_values` queries, format them for a regex matcher, and replace
-the `$__` macros. Enough of it to run every panel of our dashboards (and NVIDIA's) for real."""
+the `$__` macros. Enough of it to run every panel of our dashboards (and NVIDIA's) for real: the
+end-to-end tests do, and so does the 1,000-node query benchmark."""
 
 from __future__ import annotations
 
@@ -57,13 +58,21 @@ def _regex_value(values: list[str]) -> str:
 
 
 def resolve_variables(
-    dashboard: dict[str, Any], api: PrometheusAPI, start: float | None = None
+    dashboard: dict[str, Any],
+    api: PrometheusAPI,
+    start: float | None = None,
+    select_all: bool = False,
 ) -> dict[str, str]:
     """Variable name -> the text Grafana substitutes: every value the variable's own query
-    returns (a single-value variable takes the first), or its "All" value when it finds none."""
+    returns (a single-value variable takes the first), or its "All" value when it finds none.
+    With `select_all`, a variable that offers "All" takes it, as a freshly opened dashboard
+    whose variables default to All does."""
     resolved: dict[str, str] = {}
     for variable in dashboard["templating"]["list"]:
         if variable["type"] != "query":
+            continue
+        if select_all and variable.get("includeAll"):
+            resolved[variable["name"]] = variable.get("allValue") or ".*"
             continue
         query = variable["query"]
         text = query["query"] if isinstance(query, dict) else query
@@ -91,10 +100,14 @@ def substitute(expr: str, variables: dict[str, str], macros: dict[str, str] | No
     return expr
 
 
-def macros(dashboard: dict[str, Any], scrape_interval_s: int) -> dict[str, str]:
-    """$__range from the dashboard's default time range; $__rate_interval as Grafana computes it
-    for panels with a min interval: max(interval + scrape interval, 4 x scrape interval)."""
-    range_s = seconds(dashboard["time"]["from"].removeprefix("now-"))
+def macros(
+    dashboard: dict[str, Any], scrape_interval_s: int, range_s: int | None = None
+) -> dict[str, str]:
+    """$__range from the dashboard's default time range (or `range_s`); $__rate_interval as
+    Grafana computes it for panels with a min interval: max(interval + scrape interval,
+    4 x scrape interval)."""
+    if range_s is None:
+        range_s = seconds(dashboard["time"]["from"].removeprefix("now-"))
     intervals = [seconds(p["interval"]) for p in panels(dashboard) if p.get("interval")]
     interval_s = max(intervals, default=scrape_interval_s)
     rate = max(interval_s + scrape_interval_s, 4 * scrape_interval_s)

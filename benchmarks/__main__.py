@@ -1,0 +1,97 @@
+"""`make bench`: the exporter side and the Prometheus side, printed as one markdown report.
+
+    python -m benchmarks [--part all|exporter|prometheus] [--output FILE] [--quick] ...
+
+The full run takes about an hour on a 2-core machine: roughly half for the exporter side (four
+fleets x three exporters, each watched for a minute and driven by wrk), half for the 1,000-node
+backfill and its queries. `--quick` runs the default fleet and a 50-node cluster for a smoke test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import subprocess
+import sys
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from benchmarks import exporter_report, exporter_side, prometheus_report, prometheus_side
+from benchmarks.cluster.synthetic import CLUSTER, NodeGroup, Scale
+
+QUICK_CLUSTER = tuple(NodeGroup(g.fleet, max(1, g.count // 20)) for g in CLUSTER)
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        match = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
+        cpu = match.group(1).strip() if match else cpu
+    except OSError:
+        pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    try:
+        version = subprocess.run(
+            ["prometheus", "--version"], capture_output=True, text=True, check=False
+        ).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        version = "prometheus not found"
+    return (
+        f"{os.cpu_count()} x {cpu}, {memory:.0f} GiB, {platform.system()} {platform.machine()}; "
+        f"{platform.python_implementation()} {platform.python_version()}; {version}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--part", choices=("all", "exporter", "prometheus"), default="all")
+    parser.add_argument("--output", help="also write the report to this file")
+    parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    parser.add_argument("--fleets", help="comma-separated fleets for the exporter side")
+    parser.add_argument("--runs", type=int, help="wrk runs per configuration (default 3)")
+    parser.add_argument("--wrk-seconds", type=int, help="seconds per wrk run (default 4)")
+    parser.add_argument("--cpu-window", type=float, help="seconds of CPU/RSS watch (default 60)")
+    parser.add_argument("--workdir", help="where the backfill writes its files (default /tmp)")
+    args = parser.parse_args(argv)
+
+    def progress(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    sections = [f"## Benchmark run of {now}", "", f"Machine: {machine()}.", ""]
+    if args.part in ("all", "exporter"):
+        settings = exporter_side.Settings()
+        if args.quick:
+            settings = replace(
+                settings,
+                fleets=("default",),
+                runs=1,
+                wrk_seconds=2,
+                warmup_seconds=8,
+                cpu_window_seconds=15,
+            )
+        overrides = {
+            "fleets": tuple(args.fleets.split(",")) if args.fleets else None,
+            "runs": args.runs,
+            "wrk_seconds": args.wrk_seconds,
+            "cpu_window_seconds": args.cpu_window,
+        }
+        settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
+        results = exporter_side.run(settings, progress)
+        sections.append(exporter_report.render(results))
+    if args.part in ("all", "prometheus"):
+        scale = Scale(cluster=QUICK_CLUSTER) if args.quick else Scale()
+        result = prometheus_side.run(scale, progress, workdir_parent=args.workdir)
+        sections.append(prometheus_report.render(result))
+    report = "\n".join(sections)
+    print(report)
+    if args.output:
+        Path(args.output).write_text(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

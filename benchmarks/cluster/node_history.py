@@ -1,0 +1,136 @@
+"""The exporter's own exposition of one simulated node, at every step of a simulated time line.
+
+    python -m benchmarks.cluster.node_history FLEET STEPS STEP_SECONDS OUT.pickle
+
+Runs the production collector, attribution and renderer unchanged: the simulated NVML gets a
+clock this module moves forward one scrape interval at a time, the poller's PCIe and GPM samplers
+are stepped with it instead of running on wall-clock threads, pod attribution comes from the fake
+kubelet over its real socket, and the Kubernetes enrichment view carries each pod's owner. What
+comes out is every series the exporter serves for that node and its value at each step, so the
+synthetic cluster's history has the exporter's real names, labels, cardinality and signal shapes.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from types import MappingProxyType
+
+from benchmarks.simulated import fleet_spec
+
+# A pod's owner from its name, the way controllers name pods: a Job's `-worker-N`, or the random
+# ReplicaSet and pod suffixes of a Deployment.
+_GENERATED_SUFFIX = re.compile(r"(-worker-\d+|(-[0-9a-z]{5})+)$")
+_BATCH_NAMESPACES = ("ml-training", "batch")
+WARMUP_STEPS = 2  # GPM needs two samples before it reports anything
+
+
+@dataclass
+class NodeHistory:
+    fleet: str
+    node_name: str  # the simulated node's own name, to be replaced per cluster node
+    gpu_uuids: list[str]  # GPU and MIG UUIDs, likewise
+    pods: list[tuple[str, str, str, str]]  # (namespace, pod, owner kind, owner name)
+    series: list[str]  # `name{labels}` as rendered
+    values: list[list[str | None]]  # [step][series]: the rendered value, None where absent
+
+
+def owner_of(namespace: str, pod: str) -> tuple[str, str]:
+    kind = "Job" if namespace in _BATCH_NAMESPACES else "Deployment"
+    return kind, _GENERATED_SUFFIX.sub("", pod) or pod
+
+
+def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
+    from exporter.config import CollectionConfig, LabelConfig
+    from exporter.exposition.context import AttributionContext
+    from exporter.exposition.renderer import Renderer
+    from exporter.kubernetes.pod_metadata import EMPTY_VIEW, PodMetadata
+    from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
+    from exporter.poller import Poller
+    from exporter.simulator.fake_kubelet import FakeKubelet
+    from exporter.simulator.fake_nvml import FakeNvml
+
+    fleet = replace(fleet_spec(fleet_name), call_latency_us=0.0, pcie_window_ms=0.0)
+    clock = [0.0]
+    nvml = FakeNvml(fleet, clock=lambda: clock[0]).install()
+    with tempfile.TemporaryDirectory(prefix="kge-history-") as tmp:
+        kubelet = FakeKubelet(nvml, Path(tmp) / "kubelet.sock").start()
+        try:
+            watcher = PodResourcesWatcher(PodResourcesClient(str(kubelet.socket_path)), 1.0)
+            if not watcher.refresh():
+                raise RuntimeError(f"fake kubelet: {watcher.status.last_error}")
+        finally:
+            kubelet.stop()
+    pods = sorted({(a.namespace, a.pod) for a in watcher.latest.allocations})
+    metadata = {
+        (ns, pod): PodMetadata(ns, pod, f"uid-{ns}-{pod}", *owner_of(ns, pod), ())
+        for ns, pod in pods
+    }
+    view = replace(
+        EMPTY_VIEW,
+        pods=MappingProxyType(metadata),
+        node_labels=(
+            ("nvidia.com/gpu.count", str(len(fleet.gpus))),
+            ("nvidia.com/gpu.product", fleet.gpus[0].model.name.replace(" ", "-")),
+        ),
+        pods_synced=True,
+        node_synced=True,
+    )
+    context = AttributionContext(pods=watcher.latest, pods_status=watcher.status, kube=view)
+    poller = Poller(
+        CollectionConfig(interval_seconds=step_seconds, xid_enabled=False),
+        lambda snapshot: None,
+        helper_threads=False,
+    )
+    renderer = Renderer(LabelConfig(node_name=fleet.node_name))
+    index: dict[str, int] = {}
+    rows: list[dict[int, str]] = []
+    try:
+        for step in range(steps + WARMUP_STEPS):
+            clock[0] = step * step_seconds
+            snapshot = poller.sweep()
+            poller.run_helpers_once()
+            if step < WARMUP_STEPS:
+                continue
+            row: dict[int, str] = {}
+            for line in renderer.render_body(snapshot, context).splitlines():
+                if not line or line.startswith("#"):
+                    continue
+                key, _, value = line.rpartition(" ")
+                row[index.setdefault(key, len(index))] = value
+            rows.append(row)
+    finally:
+        poller.stop()
+        nvml.uninstall()
+    uuids = [g.uuid for g in nvml.gpus]
+    uuids += [i.uuid for g in nvml.gpus for i in g.live_instances()]
+    return NodeHistory(
+        fleet=fleet_name,
+        node_name=fleet.node_name,
+        gpu_uuids=uuids,
+        pods=[(ns, pod, *owner_of(ns, pod)) for ns, pod in pods],
+        series=list(index),
+        values=[[row.get(i) for i in range(len(index))] for row in rows],
+    )
+
+
+def save(history: NodeHistory, path: Path) -> None:
+    # Plain containers, not the class: run as __main__, the class would pickle under that name.
+    path.write_bytes(pickle.dumps(asdict(history), protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def load(path: Path) -> NodeHistory:
+    return NodeHistory(**pickle.loads(path.read_bytes()))
+
+
+def main() -> None:
+    fleet, steps, step_seconds, out = sys.argv[1:]
+    save(record(fleet, int(steps), float(step_seconds)), Path(out))
+
+
+if __name__ == "__main__":
+    main()

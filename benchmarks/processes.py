@@ -1,0 +1,83 @@
+"""What every benchmark needs of a child process: start it pinned to a CPU, wait until it serves,
+and read its memory, threads, descriptors and CPU time from /proc, so no figure includes the
+harness's own allocations."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    from bundle.localstack.processes import free_port as free
+
+    return free("127.0.0.1")
+
+
+def pinned(cpu: int, argv: Sequence[str]) -> list[str]:
+    """`argv` under `taskset -c cpu`, where there is a second CPU to keep the load generator on."""
+    if shutil.which("taskset") and (os.cpu_count() or 1) > 1:
+        return ["taskset", "-c", str(cpu), *argv]
+    return list(argv)
+
+
+def wait_ready(port: int, path: str = "/readyz", timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1)
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"server on port {port} did not become ready")
+
+
+def _status_kb(status: str, key: str) -> int:
+    match = re.search(rf"^{key}:\s+(\d+)", status, re.M)
+    if match is None:
+        raise RuntimeError(f"/proc status has no {key}")
+    return int(match.group(1))
+
+
+@dataclass(frozen=True, slots=True)
+class ProcSample:
+    rss_bytes: int
+    peak_rss_bytes: int  # VmHWM: the highest RSS since the process started
+    threads: int
+    fds: int
+    cpu_seconds: float  # user + system, all threads
+
+
+def proc_sample(pid: int) -> ProcSample:
+    status = Path(f"/proc/{pid}/status").read_text()
+    # Fields 14 and 15 of /proc/PID/stat (utime, stime), counted after the parenthesised name.
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return ProcSample(
+        rss_bytes=_status_kb(status, "VmRSS") * 1024,
+        peak_rss_bytes=_status_kb(status, "VmHWM") * 1024,
+        threads=_status_kb(status, "Threads"),
+        fds=len(os.listdir(f"/proc/{pid}/fd")),
+        cpu_seconds=(int(stat[11]) + int(stat[12])) / _TICKS,
+    )
+
+
+def stop(process: subprocess.Popen, timeout: float = 10.0) -> None:
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

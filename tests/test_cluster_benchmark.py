@@ -1,0 +1,172 @@
+"""The 1,000-node benchmark's machinery, on a five-node cluster: the synthetic history, promtool's
+backfill of it and of the recording rules, a real Prometheus, and the rule inlining that the
+"without recording rules" figures rest on. Every capacity query must mean the same inlined."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import pytest
+
+from benchmarks.cluster.backfill import recording_rules, rule_levels
+from benchmarks.cluster.cardinality import DCGM_DEFAULT_COUNTERS, node_cardinality
+from benchmarks.cluster.dashboard_queries import grafana_queries, inliner
+from benchmarks.cluster.inline_rules import Inliner
+from benchmarks.cluster.synthetic import NodeGroup, Scale
+from benchmarks.prometheus_side import backfilled
+from bundle.localstack.prometheus_api import PrometheusAPI
+
+SMALL = Scale(
+    cluster=(
+        NodeGroup("cluster-h100", 2),
+        NodeGroup("default", 1),
+        NodeGroup("cluster-a100", 1),
+        NodeGroup("mig-56", 1),
+    ),
+    window_seconds=1800,
+    spread_steps=8,
+    nodes_per_chunk=2,
+)
+# No XID happens in the synthetic history, so this panel has nothing to show.
+EMPTY_PANELS = {"XID events"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with backfilled(SMALL, tmp_path_factory.mktemp("cluster"), lambda _: None, compact=False) as c:
+        yield c
+
+
+def _by_labels(series: list[dict]) -> dict[tuple, float]:
+    """Label set (without the metric name, which only a plain selector keeps) -> value."""
+    return {
+        tuple(sorted((k, v) for k, v in s["metric"].items() if k != "__name__")): float(
+            s["value"][1]
+        )
+        for s in series
+    }
+
+
+def test_history_holds_every_node_and_its_own_names(cluster):
+    api = PrometheusAPI(cluster.prometheus.url, timeout=60)
+    at = cluster.end - 60
+    nodes = api.query('count by (node) (up{job="kube-gpu-exporter"})', at)
+    assert len(nodes) == 5
+    uuids = api.query(
+        'count by (UUID) (kube_gpu_exporter_device_info{job="kube-gpu-exporter"})', at
+    )
+    assert len(uuids) == 5 * 8  # every GPU of every node has a UUID of its own
+    pods = api.query("count by (pod) (kube_gpu_exporter_pod_device_allocation)", at)
+    assert len({p["metric"]["pod"] for p in pods}) == len(pods) > 5
+    hosts = api.query("count by (Hostname, node) (DCGM_FI_DEV_GPU_TEMP)", at)
+    assert all(h["metric"]["Hostname"] == h["metric"]["node"] for h in hosts)
+    exporter_series = sum(
+        len(cluster.types[g.fleet].history.series) * g.count for g in SMALL.cluster
+    )
+    # Beside the exporter's: 5 scrape series and a cordon flag per node, pods' ksm series.
+    assert cluster.stats.series > exporter_series + 6 * 5
+    assert cluster.stats.samples >= 0.99 * cluster.stats.series * SMALL.steps
+
+
+def test_recording_rules_were_backfilled_level_by_level(cluster):
+    levels = rule_levels(recording_rules())
+    assert len(levels) == cluster.stats.rule_levels == 3
+    level_of = {r.record: i for i, rules in enumerate(levels) for r in rules}
+    assert level_of["node_resource:kube_gpu_exporter_node_allocated_devices:max"] == 0
+    assert level_of["node_resource:kube_gpu_exporter_node_free_devices:max"] == 1
+    assert level_of["cluster:kube_gpu_exporter_schedulable_pods:sum"] == 2
+    api = PrometheusAPI(cluster.prometheus.url, timeout=60)
+    for record in level_of:
+        assert api.query(record, cluster.end - 60), record
+
+
+def test_every_capacity_query_means_the_same_inlined(cluster):
+    """The rules' results and their inlined expressions agree at a rule evaluation instant."""
+    api = PrometheusAPI(cluster.prometheus.url, timeout=120)
+    inline = inliner()
+    compared = 0
+    for query in grafana_queries(api, cluster.start, cluster.end):
+        if not inline.uses_rules(query.expr):
+            continue
+        # Rule groups are evaluated at an offset of their own: compare at the instant the
+        # query's recorded series was evaluated, 25 minutes in.
+        first = inline.recorded_names(query.expr)[0]
+        [stamp] = api.query(f"max(timestamp({first}))", cluster.start + 1500)
+        at = float(stamp["value"][1])
+        recorded = _by_labels(api.query(query.expr, at))
+        raw = _by_labels(api.query(inline.inline(query.expr), at))
+        assert recorded.keys() == raw.keys(), (query.panel, query.expr)
+        for labels, value in recorded.items():
+            assert math.isclose(value, raw[labels], rel_tol=1e-9, abs_tol=1e-9), (
+                query.panel,
+                labels,
+                value,
+                raw[labels],
+            )
+        compared += bool(recorded)
+    assert compared >= 25
+
+
+def test_every_dashboard_query_has_data(cluster):
+    api = PrometheusAPI(cluster.prometheus.url, timeout=120)
+    empty = {
+        q.panel
+        for q in grafana_queries(api, cluster.start, cluster.end)
+        if not (
+            api.query(q.expr, cluster.end - 60)
+            if q.instant
+            else api.query_range(q.expr, cluster.start, cluster.end, 60)
+        )
+    }
+    assert empty == EMPTY_PANELS
+
+
+def test_cardinality_against_dcgm_exporter_defaults(cluster):
+    default = node_cardinality(cluster.types["default"].history.series)
+    assert default.total == default.dcgm_default + default.exporter_own + default.dcgm_extra
+    # 6 whole GPUs and 7 MIG instances; whole GPUs have every default field of an H100.
+    per_whole_gpu = len(DCGM_DEFAULT_COUNTERS)
+    assert 6 * (per_whole_gpu - 2) < default.dcgm_default < 13 * per_whole_gpu
+    mig = node_cardinality(cluster.types["mig-56"].history.series)
+    assert mig.dcgm_default > 3 * default.dcgm_default
+
+
+@dataclass
+class _Rule:
+    record: str
+    expr: str
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+RULES = [
+    _Rule("a:x:sum", 'sum by (node) (x{job="kube-gpu-exporter"})'),
+    _Rule("b:x:sum", "sum(a:x:sum) / 1", {"size": "1"}),
+    _Rule("b:x:sum", "sum(a:x:sum) / 2", {"size": "2"}),
+]
+
+
+def test_inlining_pushes_matchers_and_picks_variants():
+    inline = Inliner(RULES, "30s")
+    assert inline.inline('a:x:sum{node=~"n1"}') == (
+        '(sum by (node) (x{job="kube-gpu-exporter", node=~"n1"}))'
+    )
+    only_two = inline.inline('b:x:sum{size="2"}')
+    assert "/ 2" in only_two and "/ 1" not in only_two
+    both = inline.inline("b:x:sum")
+    assert both.count("label_replace(") == 2 and " or " in both
+    assert re.search(r"\)\[2h:30s\]\)$", inline.inline("avg_over_time(a:x:sum[2h])"))
+
+
+def test_live_prometheus_scrapes_every_node_of_the_cluster(cluster, tmp_path):
+    from benchmarks.cluster import live_ingest
+
+    result = live_ingest.measure(SMALL, cluster.types, tmp_path, seconds=24)
+    exporter_series = sum(
+        len(cluster.types[g.fleet].history.series) * g.count for g in SMALL.cluster
+    )
+    # Prometheus adds five series of its own per target (up, scrape_duration_seconds, ...).
+    assert result.head_series == exporter_series + 5 * len(SMALL.nodes)
+    assert result.scrape_failures == 0
+    assert 20e6 < result.rss_bytes < 2e9 and result.cpu_cores > 0
