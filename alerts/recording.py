@@ -30,6 +30,13 @@ WORKLOAD_UTIL = "namespace_workload:DCGM_FI_DEV_GPU_UTIL:avg"
 PENDING = "namespace_resource:kube_pod_container_resource_requests_gpu_pending:sum"
 
 
+def device_busy(operation: str, config: BundleConfig) -> str:
+    """`pod_device:DCGM_FI_DEV_GPU_UTIL:avg_over_time_5m`: one held device's utilization
+    (`busy_percent`) averaged, or peaked, over each history window."""
+    window = config.dashboards.device_history_window
+    return f"pod_device:DCGM_FI_DEV_GPU_UTIL:{operation}_{window}"
+
+
 def cluster_total(record: str, *keep: str) -> str:
     """`node:x:max` -> `cluster:x:sum`, or `node_resource:x:max` -> `cluster_resource:x:sum`."""
     metric = record.split(":")[1]
@@ -160,4 +167,24 @@ def usage_group(config: BundleConfig) -> Group:
                 f"max {q.by('namespace', 'pod')} ({pending} == 1))",
             ),
         ),
+    )
+
+
+def device_history_group(config: BundleConfig) -> Group:
+    """Per-device utilization, one average and one peak per window. Evaluated once per window,
+    the windows tile time, so over whole windows the average of the averages (each window holds
+    the same number of scrapes) and the max of the peaks equal those of the raw samples."""
+    q = Q(config)
+    window = config.dashboards.device_history_window
+    device = (q.namespace, q.pod, q.host, "gpu", "UUID", "GPU_I_ID")
+    return Group(
+        "kube-gpu-exporter-device-history.rules",
+        tuple(
+            Record(
+                device_busy(fn, config),
+                f"max {q.by(*device)} ({q.busy_percent(over=window, fn=fn)})",
+            )
+            for fn in ("avg_over_time", "max_over_time")
+        ),
+        interval=window,
     )

@@ -50,6 +50,12 @@ class Record:
 class Group:
     name: str
     rules: tuple[Alert | Record, ...] = field(default_factory=tuple)
+    # None: Prometheus' global evaluation_interval.
+    interval: str | None = None
 
     def to_dict(self, config: BundleConfig) -> dict[str, Any]:
-        return {"name": self.name, "rules": [r.to_dict(config) for r in self.rules]}
+        out: dict[str, Any] = {"name": self.name}
+        if self.interval:
+            out["interval"] = self.interval
+        out["rules"] = [r.to_dict(config) for r in self.rules]
+        return out

@@ -19,6 +19,7 @@ def recording_groups(config: BundleConfig) -> list[Group]:
         recording.node_groups(config),
         recording.cluster_group(config),
         recording.usage_group(config),
+        recording.device_history_group(config),
     ]
 
 

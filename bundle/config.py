@@ -108,6 +108,10 @@ class Dashboards:
     timezone: str = "utc"
     time_from: str = "now-6h"
     min_interval: str = "1m"
+    # Per-device utilization is also recorded as averages and peaks over windows this long, so a
+    # table over the whole time range reads one point per window instead of every scrape: at
+    # 1,000 nodes and 6 h that is 72 points per device instead of 1,440.
+    device_history_window: str = "5m"
 
 
 @dataclass(frozen=True, slots=True)

@@ -291,16 +291,21 @@ def cells(config: BundleConfig) -> list[Cell]:
             "Allocated GPUs by utilization, idlest first",
             "Every allocated whole GPU, and MIG instance where GPM exists (Hopper and newer), "
             "with its average and peak utilization over the dashboard's time range, lowest "
-            "first: the top rows are GPUs paid for and unused.",
+            "first: the top rows are GPUs paid for and unused. Read from "
+            f"{config.dashboards.device_history_window} windows recorded by the rules, so the "
+            "latest window is not in it yet.",
             "percent",
             [
                 target(
-                    f"sort(avg by ({device_labels}) "
-                    f"({q.busy_percent(*held_here, over='$__range', fn='avg_over_time')}))",
+                    f"sort(avg by ({device_labels}) (avg_over_time("
+                    f"{q.recorded(r.device_busy('avg_over_time', config), *held_here)}"
+                    "[$__range])))",
                     table=True,
                 ),
                 target(
-                    f"max by ({device_labels}) ({q.busy_percent(*held_here, over='$__range')})",
+                    f"max by ({device_labels}) (max_over_time("
+                    f"{q.recorded(r.device_busy('max_over_time', config), *held_here)}"
+                    "[$__range]))",
                     table=True,
                 ),
             ],

@@ -86,9 +86,12 @@ def test_every_capacity_query_means_the_same_inlined(cluster):
     """The rules' results and their inlined expressions agree at a rule evaluation instant."""
     api = PrometheusAPI(cluster.prometheus.url, timeout=120)
     inline = inliner()
+    # A subquery's steps fall on the clock, a group's evaluations at an offset of their own; at a
+    # 5 m interval the two read different windows (compared with the raw samples below instead).
+    windowed = {r.record for r in recording_rules() if r.interval}
     compared = 0
     for query in grafana_queries(api, cluster.start, cluster.end):
-        if not inline.uses_rules(query.expr):
+        if not inline.uses_rules(query.expr) or windowed & set(inline.recorded_names(query.expr)):
             continue
         # Rule groups are evaluated at an offset of their own: compare at the instant the
         # query's recorded series was evaluated, 25 minutes in.
@@ -107,6 +110,36 @@ def test_every_capacity_query_means_the_same_inlined(cluster):
             )
         compared += bool(recorded)
     assert compared >= 25
+
+
+def test_device_history_windows_agree_with_the_raw_samples(cluster):
+    """Evaluated once per 5 m window, the windows tile time: over three whole windows the mean of
+    the window averages, and the max of the window peaks, are the raw samples' mean and max (each
+    window holds the same number of scrapes)."""
+    api = PrometheusAPI(cluster.prometheus.url, timeout=120)
+    windowed = [r for r in recording_rules() if r.interval]
+    assert {r.interval for r in windowed} == {"5m"} and len(windowed) == 2
+    for rule in windowed:
+        fn = "avg_over_time" if "avg_over_time" in rule.record else "max_over_time"
+        [stamp] = api.query(f"max(timestamp({rule.record}))", cluster.start + 1500)
+        at = float(stamp["value"][1])
+        # Stored once per window: 5 or 6 points in the 25 minutes, not 50 at the 30 s default.
+        stored = {
+            float(s["value"][1]) for s in api.query(f"count_over_time({rule.record}[25m])", at)
+        }
+        assert stored and stored <= {5.0, 6.0}, stored
+        # 899 s: Prometheus 2 ranges include their left end, which would be the evaluation
+        # before the three windows.
+        recorded = _by_labels(api.query(f"{fn}({rule.record}[899s])", at))
+        raw = _by_labels(api.query(rule.expr.replace("[5m]", "[899s]"), at))
+        assert recorded.keys() == raw.keys() and len(recorded) > 20
+        for labels, value in recorded.items():
+            assert math.isclose(value, raw[labels], rel_tol=1e-9, abs_tol=1e-9), (
+                rule.record,
+                labels,
+                value,
+                raw[labels],
+            )
 
 
 def test_every_dashboard_query_has_data(cluster):
@@ -138,12 +171,14 @@ class _Rule:
     record: str
     expr: str
     labels: dict[str, str] = field(default_factory=dict)
+    interval: str | None = None
 
 
 RULES = [
     _Rule("a:x:sum", 'sum by (node) (x{job="kube-gpu-exporter"})'),
     _Rule("b:x:sum", "sum(a:x:sum) / 1", {"size": "1"}),
     _Rule("b:x:sum", "sum(a:x:sum) / 2", {"size": "2"}),
+    _Rule("c:x:avg_over_time_5m", 'avg_over_time(x{job="kube-gpu-exporter"}[5m])', {}, "5m"),
 ]
 
 
@@ -157,6 +192,8 @@ def test_inlining_pushes_matchers_and_picks_variants():
     both = inline.inline("b:x:sum")
     assert both.count("label_replace(") == 2 and " or " in both
     assert re.search(r"\)\[2h:30s\]\)$", inline.inline("avg_over_time(a:x:sum[2h])"))
+    # A group with an interval of its own keeps it.
+    assert re.search(r"\)\[2h:5m\]\)$", inline.inline("avg_over_time(c:x:avg_over_time_5m[2h])"))
 
 
 def test_live_prometheus_scrapes_every_node_of_the_cluster(cluster, tmp_path):

@@ -174,12 +174,14 @@ class Rule:
     expr: str
     labels: dict[str, str]
     group: str
+    # The group's own evaluation interval; None for Prometheus' global one.
+    interval: str | None = None
 
 
 def recording_rules(path: Path = RULES_FILE) -> list[Rule]:
     document = yaml.safe_load(path.read_text())
     return [
-        Rule(r["record"], r["expr"], dict(r.get("labels") or {}), g["name"])
+        Rule(r["record"], r["expr"], dict(r.get("labels") or {}), g["name"], g.get("interval"))
         for g in document["groups"]
         for r in g["rules"]
         if "record" in r
@@ -215,15 +217,17 @@ def rule_levels(rules: list[Rule]) -> list[list[Rule]]:
 
 
 def rules_document(rules: list[Rule]) -> str:
-    groups: dict[str, list[dict[str, Any]]] = {}
+    """The rules in their groups, each group with its own interval, which promtool honours."""
+    groups: dict[str, dict[str, Any]] = {}
     for r in rules:
         rule: dict[str, Any] = {"record": r.record, "expr": r.expr}
         if r.labels:
             rule["labels"] = r.labels
-        groups.setdefault(r.group, []).append(rule)
-    return yaml.safe_dump(
-        {"groups": [{"name": name, "rules": rs} for name, rs in groups.items()]}, sort_keys=False
-    )
+        group = groups.setdefault(r.group, {"name": r.group})
+        if r.interval:
+            group["interval"] = r.interval
+        group.setdefault("rules", []).append(rule)
+    return yaml.safe_dump({"groups": list(groups.values())}, sort_keys=False)
 
 
 def self_metric(url: str, name: str) -> float:

@@ -27,6 +27,8 @@ class RecordingRule(Protocol):
     record: str
     expr: str
     labels: dict[str, str]
+    # The rule group's own evaluation interval, if it has one.
+    interval: str | None
 
 
 def _matchers(text: str) -> list[tuple[str, str, str]]:
@@ -57,9 +59,10 @@ def _holds(value: str, op: str, wanted: str) -> bool:
 
 
 class Inliner:
-    """`evaluation_interval`: how often the rules are evaluated. A range over a recorded series
-    (`avg_over_time(rule[2h])`) becomes a subquery at that resolution, which reads the same
-    points the recorded series holds."""
+    """`evaluation_interval`: how often the rules are evaluated where their group does not say.
+    A range over a recorded series (`avg_over_time(rule[2h])`) becomes a subquery at the rule's
+    resolution, which reads as many points as the recorded series holds (aligned to the clock,
+    where a group's evaluations carry an offset of their own)."""
 
     def __init__(self, rules: Sequence[RecordingRule], evaluation_interval: str) -> None:
         self._rules: dict[str, list[RecordingRule]] = {}
@@ -85,7 +88,8 @@ class Inliner:
             own = _matchers(match.group(2)[1:-1]) if match.group(2) else []
             expanded = self._expand(match.group(1), [*own, *pushed])
             if match.group(3):
-                return f"{expanded}{match.group(3)[:-1]}:{self._resolution}]"
+                resolution = self._rules[match.group(1)][0].interval or self._resolution
+                return f"{expanded}{match.group(3)[:-1]}:{resolution}]"
             return expanded
 
         return self._recorded.sub(replace, query)
