@@ -22,13 +22,14 @@ run: $(VENV)/.installed
 demo: $(VENV)/.installed system-deps
 	$(PY) -m bundle.localstack $(ARGS)
 
-## system-deps: Debian packages the tests, benchmarks and demo use (Prometheus, Alertmanager, wrk)
+## system-deps: Debian packages the tests, benchmarks and demo use (Prometheus, Alertmanager, wrk,
+## and VictoriaMetrics with vmalert for the global-view test)
 system-deps:
 	@if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null \
-			|| ! command -v wrk >/dev/null; then \
+			|| ! command -v wrk >/dev/null || ! command -v vmalert >/dev/null; then \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
-			prometheus prometheus-alertmanager wrk >/dev/null; \
+			prometheus prometheus-alertmanager wrk victoria-metrics >/dev/null; \
 	fi
 	@promtool --version | head -n 1
 	@prometheus-alertmanager --version 2>&1 | head -n 1

@@ -28,13 +28,11 @@ NS_IDLE = "namespace:kube_gpu_exporter_allocated_idle_gpus:sum"
 WORKLOAD_ALLOCATED = "namespace_workload:kube_gpu_exporter_allocated_devices:count"
 WORKLOAD_UTIL = "namespace_workload:DCGM_FI_DEV_GPU_UTIL:avg"
 PENDING = "namespace_resource:kube_pod_container_resource_requests_gpu_pending:sum"
-
-
-def device_busy(operation: str, config: BundleConfig) -> str:
-    """`pod_device:DCGM_FI_DEV_GPU_UTIL:avg_over_time_5m`: one held device's utilization
-    (`busy_percent`) averaged, or peaked, over each history window."""
-    window = config.dashboards.device_history_window
-    return f"pod_device:DCGM_FI_DEV_GPU_UTIL:{operation}_{window}"
+# One held device's utilization (`busy_percent`) averaged, and peaked, over each history window
+# (`dashboards.device_history_window`). The window stays out of the name, so a shorter one (the
+# local stack's) does not rename the series the committed dashboards read.
+DEVICE_BUSY_AVG = "pod_device:DCGM_FI_DEV_GPU_UTIL:avg_over_window"
+DEVICE_BUSY_MAX = "pod_device:DCGM_FI_DEV_GPU_UTIL:max_over_window"
 
 
 def cluster_total(record: str, *keep: str) -> str:
@@ -179,12 +177,12 @@ def device_history_group(config: BundleConfig) -> Group:
     device = (q.namespace, q.pod, q.host, "gpu", "UUID", "GPU_I_ID")
     return Group(
         "kube-gpu-exporter-device-history.rules",
-        tuple(
+        (
             Record(
-                device_busy(fn, config),
-                f"max {q.by(*device)} ({q.busy_percent(over=window, fn=fn)})",
-            )
-            for fn in ("avg_over_time", "max_over_time")
+                DEVICE_BUSY_AVG,
+                f"max {q.by(*device)} ({q.busy_percent(over=window, fn='avg_over_time')})",
+            ),
+            Record(DEVICE_BUSY_MAX, f"max {q.by(*device)} ({q.busy_percent(over=window)})"),
         ),
         interval=window,
     )

@@ -298,13 +298,13 @@ def cells(config: BundleConfig) -> list[Cell]:
             [
                 target(
                     f"sort(avg by ({device_labels}) (avg_over_time("
-                    f"{q.recorded(r.device_busy('avg_over_time', config), *held_here)}"
+                    f"{q.recorded(r.DEVICE_BUSY_AVG, *held_here)}"
                     "[$__range])))",
                     table=True,
                 ),
                 target(
                     f"max by ({device_labels}) (max_over_time("
-                    f"{q.recorded(r.device_busy('max_over_time', config), *held_here)}"
+                    f"{q.recorded(r.DEVICE_BUSY_MAX, *held_here)}"
                     "[$__range]))",
                     table=True,
                 ),

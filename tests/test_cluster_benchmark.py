@@ -120,7 +120,7 @@ def test_device_history_windows_agree_with_the_raw_samples(cluster):
     windowed = [r for r in recording_rules() if r.interval]
     assert {r.interval for r in windowed} == {"5m"} and len(windowed) == 2
     for rule in windowed:
-        fn = "avg_over_time" if "avg_over_time" in rule.record else "max_over_time"
+        fn = "avg_over_time" if rule.record.endswith("avg_over_window") else "max_over_time"
         [stamp] = api.query(f"max(timestamp({rule.record}))", cluster.start + 1500)
         at = float(stamp["value"][1])
         # Stored once per window: 5 or 6 points in the 25 minutes, not 50 at the 30 s default.
@@ -178,7 +178,7 @@ RULES = [
     _Rule("a:x:sum", 'sum by (node) (x{job="kube-gpu-exporter"})'),
     _Rule("b:x:sum", "sum(a:x:sum) / 1", {"size": "1"}),
     _Rule("b:x:sum", "sum(a:x:sum) / 2", {"size": "2"}),
-    _Rule("c:x:avg_over_time_5m", 'avg_over_time(x{job="kube-gpu-exporter"}[5m])', {}, "5m"),
+    _Rule("c:x:avg_over_window", 'avg_over_time(x{job="kube-gpu-exporter"}[5m])', {}, "5m"),
 ]
 
 
@@ -193,7 +193,7 @@ def test_inlining_pushes_matchers_and_picks_variants():
     assert both.count("label_replace(") == 2 and " or " in both
     assert re.search(r"\)\[2h:30s\]\)$", inline.inline("avg_over_time(a:x:sum[2h])"))
     # A group with an interval of its own keeps it.
-    assert re.search(r"\)\[2h:5m\]\)$", inline.inline("avg_over_time(c:x:avg_over_time_5m[2h])"))
+    assert re.search(r"\)\[2h:5m\]\)$", inline.inline("avg_over_time(c:x:avg_over_window[2h])"))
 
 
 def test_live_prometheus_scrapes_every_node_of_the_cluster(cluster, tmp_path):

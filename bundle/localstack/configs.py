@@ -56,6 +56,8 @@ def quick_alerts(config: BundleConfig, for_: str = "5s", window: str = "15s") ->
             idle_window=window,
             gpu_missing_lookback="10m",
         ),
+        # Its rule group runs once per window: the idlest-GPU table fills within one.
+        dashboards=replace(config.dashboards, device_history_window=window),
     )
 
 

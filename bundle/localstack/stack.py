@@ -4,10 +4,8 @@ to a webhook. `make demo` and the end-to-end tests start this same class."""
 
 from __future__ import annotations
 
-import json
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ from bundle.localstack.configs import (
 )
 from bundle.localstack.processes import ChildProcess, StackError, find_binary, free_port
 from bundle.localstack.prometheus_api import PrometheusAPI
+from bundle.localstack.simulator_control import SimulatorControl
 from bundle.localstack.webhook import Alert, AlertWebhook
 
 
@@ -106,6 +105,7 @@ class LocalStack:
             f"{self.url('prometheus')}/-/ready",
         )
         self.api = PrometheusAPI(self.url("prometheus"))
+        self.simulator = SimulatorControl(self.url("exporter"))
         self._extra_jobs = extra_jobs
 
     def url(self, part: str) -> str:
@@ -164,20 +164,8 @@ class LocalStack:
 
     def gpus(self) -> list[dict[str, Any]]:
         """The simulated GPUs, with the pods that hold them, from the simulator's control API."""
-        with urllib.request.urlopen(f"{self._control}/gpus", timeout=10) as response:
-            return json.load(response)
+        return self.simulator.gpus()
 
     def inject(self, gpu: int, action: str, **body: Any) -> dict[str, Any]:
         """POST a fault (or its cure) to the running simulator, e.g. inject(3, "xid", xid=79)."""
-        request = urllib.request.Request(
-            f"{self._control}/gpus/{gpu}/{action}",
-            data=json.dumps(body).encode(),
-            method="POST",
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.load(response)
-
-    @property
-    def _control(self) -> str:
-        return f"{self.url('exporter')}/-/simulator"
+        return self.simulator.inject(gpu, action, **body)

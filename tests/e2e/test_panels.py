@@ -5,23 +5,16 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 
+from alerts import recording as r
 from bundle.localstack.configs import FAST
-from dashboards.grafana_queries import macros, panel_queries, resolve_variables, seconds, substitute
+from dashboards.grafana_queries import resolve_variables, seconds
 from tests.e2e.conftest import wait_until
 from tests.e2e.ksm_fake import PENDING_POD, ksm_exposition
+from tests.e2e.panels import DASHBOARDS, NEEDS_KUBE_STATE_METRICS, run_panels
 
-ROOT = Path(__file__).resolve().parents[2]
-DASHBOARDS = sorted((ROOT / "dashboards" / "provisioned").glob("*.json"))
-# Panels that can only have data where kube-state-metrics runs; the first test proves the list
-# exact (these and only these are empty without it), the second fills them from synthetic series.
-NEEDS_KUBE_STATE_METRICS = {
-    ("GPU / Cluster Capacity", "GPUs requested by pending pods"),
-    ("GPU / Cluster Capacity", "Pending GPU requests per namespace"),
-}
 # A benign XID (13: graphics engine exception) so the XID panels have an event to show.
 WARM_UP_XID = 13
 
@@ -39,29 +32,13 @@ def warm(stack):
         60,
         "the XID and a dozen scrapes",
     )
+    # The per-device history group runs once per (shortened) window, at an offset of its own.
+    window = seconds(stack.config.dashboards.device_history_window)
+    wait_until(
+        lambda: stack.api.query(r.DEVICE_BUSY_AVG), 3 * window, "a per-device history window"
+    )
     time.sleep(2 * seconds(FAST.evaluation_interval))
     return stack
-
-
-def run_panels(stack, only: set[tuple[str, str]] | None = None) -> dict[tuple[str, str], list]:
-    """(dashboard, panel) -> the series each of its queries returned, empty lists kept."""
-    results: dict[tuple[str, str], list] = {}
-    now = time.time()
-    for path in DASHBOARDS:
-        dashboard = json.loads(path.read_text())
-        variables = resolve_variables(dashboard, stack.api)
-        grafana_macros = macros(dashboard, seconds(FAST.scrape_interval))
-        for query in panel_queries(dashboard):
-            key = (query.dashboard, query.panel)
-            if only is not None and key not in only:
-                continue
-            expr = substitute(query.expr, variables, grafana_macros)
-            if query.instant:
-                series = stack.api.query(expr, now)
-            else:
-                series = stack.api.query_range(expr, now - 120, now, 15)
-            results.setdefault(key, []).append(series)
-    return results
 
 
 def test_variables_resolve_to_real_values(warm):
@@ -73,7 +50,7 @@ def test_variables_resolve_to_real_values(warm):
 
 
 def test_every_panel_has_data_except_those_needing_kube_state_metrics(warm):
-    results = run_panels(warm)
+    results = run_panels(warm.api)
     assert len(results) > 40
     empty = {key for key, per_query in results.items() if not all(per_query)}
     assert empty == NEEDS_KUBE_STATE_METRICS
@@ -88,7 +65,7 @@ def test_kube_state_metrics_panels_have_data_from_synthetic_series(warm, ksm):
         30,
         "the pending-requests recording rule over the synthetic kube-state-metrics",
     )
-    results = run_panels(warm, NEEDS_KUBE_STATE_METRICS)
+    results = run_panels(warm.api, NEEDS_KUBE_STATE_METRICS)
     assert set(results) == NEEDS_KUBE_STATE_METRICS
     for key, per_query in results.items():
         assert all(per_query), key
