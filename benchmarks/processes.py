@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import time
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,13 +32,13 @@ def pinned(cpu: int, argv: Sequence[str]) -> list[str]:
 
 
 def wait_ready(port: int, path: str = "/readyz", timeout: float = 30.0) -> None:
+    from bundle.localstack.processes import http_ok
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1)
+        if http_ok(f"http://127.0.0.1:{port}{path}"):
             return
-        except OSError:
-            time.sleep(0.1)
+        time.sleep(0.1)
     raise RuntimeError(f"server on port {port} did not become ready")
 
 

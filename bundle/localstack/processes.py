@@ -11,6 +11,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,3 +107,18 @@ class ChildProcess:
         except OSError:
             return "(no log)"
         return " | ".join(text.strip().splitlines()[-lines:]) or "(empty log)"
+
+
+def start_in_order(parts: Sequence[ChildProcess]) -> None:
+    """Starts each part once the one before it is ready; if one fails, stops them all."""
+    try:
+        for part in parts:
+            part.start()
+    except BaseException:
+        stop_in_reverse(parts)
+        raise
+
+
+def stop_in_reverse(parts: Sequence[ChildProcess]) -> None:
+    for part in reversed(parts):
+        part.stop()

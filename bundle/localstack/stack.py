@@ -19,7 +19,14 @@ from bundle.localstack.configs import (
     prometheus_config,
     write_rule_files,
 )
-from bundle.localstack.processes import ChildProcess, StackError, find_binary, free_port
+from bundle.localstack.processes import (
+    ChildProcess,
+    StackError,
+    find_binary,
+    free_port,
+    start_in_order,
+    stop_in_reverse,
+)
 from bundle.localstack.prometheus_api import PrometheusAPI
 from bundle.localstack.simulator_control import SimulatorControl
 from bundle.localstack.webhook import Alert, AlertWebhook
@@ -36,6 +43,45 @@ class Ports:
 
 
 ANY_PORTS = Ports()
+
+
+def simulated_exporter(
+    name: str, address: str, timing: Timing, log: Path, extra_args: Sequence[str] = ()
+) -> ChildProcess:
+    """The exporter on its built-in simulated node, ready once it has a snapshot."""
+    return ChildProcess(
+        name,
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "--simulate",
+            f"--web.listen-address={address}",
+            f"--collector.interval={timing.collector_interval}",
+            *extra_args,
+        ],
+        log,
+        f"http://{address}/readyz",
+    )
+
+
+def alertmanager(workdir: Path, address: str) -> ChildProcess:
+    """One Alertmanager reading `workdir`/alertmanager.yml."""
+    return ChildProcess(
+        "alertmanager",
+        [
+            find_binary(
+                "prometheus-alertmanager", "alertmanager", package="prometheus-alertmanager"
+            ),
+            f"--config.file={workdir / 'alertmanager.yml'}",
+            f"--storage.path={workdir / 'alertmanager-data'}",
+            f"--web.listen-address={address}",
+            "--cluster.listen-address=",  # one instance: no gossip port
+            "--log.level=warn",
+        ],
+        workdir / "alertmanager.log",
+        f"http://{address}/-/ready",
+    )
 
 
 class LocalStack:
@@ -60,35 +106,10 @@ class LocalStack:
         port = {name: getattr(ports, name) or free_port(host) for name in Ports.__slots__}
         self.addresses = {name: f"{host}:{p}" for name, p in port.items()}
         self.webhook = AlertWebhook(host, port["webhook"], on_alert)
-        self.exporter = ChildProcess(
-            "exporter",
-            [
-                sys.executable,
-                "-m",
-                "exporter",
-                "--simulate",
-                f"--web.listen-address={self.addresses['exporter']}",
-                f"--collector.interval={timing.collector_interval}",
-                *exporter_args,
-            ],
-            workdir / "exporter.log",
-            f"{self.url('exporter')}/readyz",
+        self.exporter = simulated_exporter(
+            "exporter", self.addresses["exporter"], timing, workdir / "exporter.log", exporter_args
         )
-        self.alertmanager = ChildProcess(
-            "alertmanager",
-            [
-                find_binary(
-                    "prometheus-alertmanager", "alertmanager", package="prometheus-alertmanager"
-                ),
-                f"--config.file={workdir / 'alertmanager.yml'}",
-                f"--storage.path={workdir / 'alertmanager-data'}",
-                f"--web.listen-address={self.addresses['alertmanager']}",
-                "--cluster.listen-address=",  # one instance: no gossip port
-                "--log.level=warn",
-            ],
-            workdir / "alertmanager.log",
-            f"{self.url('alertmanager')}/-/ready",
-        )
+        self.alertmanager = alertmanager(workdir, self.addresses["alertmanager"])
         self.prometheus = ChildProcess(
             "prometheus",
             [
@@ -128,21 +149,23 @@ class LocalStack:
             alertmanager_config(self.config, self.timing, self.webhook.url)
         )
 
+    @property
+    def _parts(self) -> list[ChildProcess]:
+        # Receivers first, so the first scrape and the first alert find someone listening.
+        return [self.alertmanager, self.exporter, self.prometheus]
+
     def start(self) -> LocalStack:
         self.write_configs()
         self.webhook.start()
         try:
-            # Receivers first, so the first scrape and the first alert find someone listening.
-            for part in (self.alertmanager, self.exporter, self.prometheus):
-                part.start()
+            start_in_order(self._parts)
         except BaseException:
-            self.stop()
+            self.webhook.stop()
             raise
         return self
 
     def stop(self) -> None:
-        for part in (self.prometheus, self.exporter, self.alertmanager):
-            part.stop()
+        stop_in_reverse(self._parts)
         self.webhook.stop()
 
     def __enter__(self) -> LocalStack:

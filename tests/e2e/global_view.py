@@ -9,7 +9,6 @@ Both simulated nodes carry the same node name, as nodes of two clusters often do
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -23,9 +22,16 @@ from bundle.localstack.configs import (
     alertmanager_config,
     write_rule_files,
 )
-from bundle.localstack.processes import ChildProcess, find_binary, free_port
+from bundle.localstack.processes import (
+    ChildProcess,
+    find_binary,
+    free_port,
+    start_in_order,
+    stop_in_reverse,
+)
 from bundle.localstack.prometheus_api import PrometheusAPI
 from bundle.localstack.simulator_control import SimulatorControl
+from bundle.localstack.stack import alertmanager, simulated_exporter
 from bundle.localstack.webhook import AlertWebhook
 from bundle.scrape_configs import static_config
 
@@ -67,22 +73,8 @@ class GlobalView:
             workdir / "victoria-metrics.log",
             f"{self.vm_url}/health",
         )
-        alertmanager = f"{HOST}:{free_port(HOST)}"
-        self.alertmanager = ChildProcess(
-            "alertmanager",
-            [
-                find_binary(
-                    "prometheus-alertmanager", "alertmanager", package="prometheus-alertmanager"
-                ),
-                f"--config.file={workdir / 'alertmanager.yml'}",
-                f"--storage.path={workdir / 'alertmanager-data'}",
-                f"--web.listen-address={alertmanager}",
-                "--cluster.listen-address=",
-                "--log.level=warn",
-            ],
-            workdir / "alertmanager.log",
-            f"http://{alertmanager}/-/ready",
-        )
+        alertmanager_address = f"{HOST}:{free_port(HOST)}"
+        self.alertmanager = alertmanager(workdir, alertmanager_address)
         vmalert = f"{HOST}:{free_port(HOST)}"
         self.vmalert = ChildProcess(
             "vmalert",
@@ -91,7 +83,7 @@ class GlobalView:
                 *(f"-rule={path}" for path in self._rule_paths()),
                 f"-datasource.url={self.vm_url}",
                 f"-remoteWrite.url={self.vm_url}",
-                f"-notifier.url=http://{alertmanager}",
+                f"-notifier.url=http://{alertmanager_address}",
                 f"-evaluationInterval={timing.evaluation_interval}",
                 f"-rule.resendDelay={timing.evaluation_interval}",
                 f"-httpListenAddr={vmalert}",
@@ -114,18 +106,8 @@ class GlobalView:
         (directory / "agent.yml").write_text(self._agent_config(name, exporter))
         return Cluster(
             name,
-            ChildProcess(
-                f"exporter ({name})",
-                [
-                    sys.executable,
-                    "-m",
-                    "exporter",
-                    "--simulate",
-                    f"--web.listen-address={exporter}",
-                    f"--collector.interval={self.timing.collector_interval}",
-                ],
-                directory / "exporter.log",
-                f"http://{exporter}/readyz",
+            simulated_exporter(
+                f"exporter ({name})", exporter, self.timing, directory / "exporter.log"
             ),
             ChildProcess(
                 f"prometheus agent ({name})",
@@ -173,23 +155,23 @@ class GlobalView:
         )
         self.webhook.start()
         try:
-            for part in (self.victoria_metrics, self.alertmanager, self.vmalert):
-                part.start()
-            for cluster in self.clusters:
-                cluster.exporter.start()
-                cluster.agent.start()
+            start_in_order(self._parts)
         except BaseException:
-            self.stop()
+            self.webhook.stop()
             raise
         return self
 
     def stop(self) -> None:
-        for cluster in self.clusters:
-            cluster.agent.stop()
-            cluster.exporter.stop()
-        for part in (self.vmalert, self.alertmanager, self.victoria_metrics):
-            part.stop()
+        stop_in_reverse(self._parts)
         self.webhook.stop()
+
+    @property
+    def _parts(self) -> list[ChildProcess]:
+        # The global store and its ruler before any cluster writes to them.
+        parts = [self.victoria_metrics, self.alertmanager, self.vmalert]
+        for cluster in self.clusters:
+            parts += [cluster.exporter, cluster.agent]
+        return parts
 
     def __enter__(self) -> GlobalView:
         return self.start()
