@@ -6,7 +6,10 @@ PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 ARGS ?=
 
-.PHONY: run demo test lint bench soak bundle protos system-deps clean
+# `make check`'s pytest workers: the unit tests mostly wait on timers and loopback sockets.
+WORKERS ?= 2
+
+.PHONY: run demo check test stress-test golden lint bench soak bundle protos system-deps clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,9 +42,23 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+## check: lint, then the unit tier (in-process code and loopback servers; no system packages, no
+## apt-get) on $(WORKERS) workers, in about a minute
+check: $(VENV)/.installed lint
+	$(PY) -m pytest -m unit -n $(WORKERS) -q $(ARGS)
+
 ## test: install everything the tests need, then lint and run the whole suite
 test: $(VENV)/.installed system-deps lint
 	$(PY) -m pytest
+
+## stress-test: the whole suite three times in a row beside two CPU-burning processes; stops at
+## the first failure
+stress-test: $(VENV)/.installed system-deps lint
+	$(PY) -m tests.stress $(ARGS)
+
+## golden: regenerate the committed golden exposition of the default simulated node
+golden: $(VENV)/.installed
+	$(PY) -m tests.golden.regenerate
 
 ## bench: exporter against a baseline and nvitop-exporter on four fleets, then a 1,000-node
 ## Prometheus backfill and its dashboard queries (about an hour; ARGS="--quick", "--part exporter",

@@ -2,29 +2,30 @@
 
 from __future__ import annotations
 
-from alerts import templates as t
+from alerts import templates
 from alerts.rule_types import Alert, Group
 from bundle.config import BundleConfig
-from bundle.promql import Q
+from bundle.promql import QueryBuilder
 
 
 def group(config: BundleConfig) -> Group:
-    q = Q(config)
-    th = config.thresholds
-    units = q.exporter("kube_gpu_exporter_device_allocatable_units")
+    queries = QueryBuilder(config)
+    thresholds = config.thresholds
+    units = queries.exporter("kube_gpu_exporter_device_allocatable_units")
     return Group(
         "kube-gpu-exporter-capacity",
         (
             Alert(
                 "GPUClusterNodeUnallocatable",
-                f"sum {q.by(q.host)} (max {q.by(*q.gpu_key)} ({units})) == 0",
-                th.node_unallocatable_for,
+                f"sum {queries.by(queries.host)} (max {queries.by(*queries.gpu_key)} ({units}))"
+                " == 0",
+                thresholds.node_unallocatable_for,
                 config.severity.warning,
                 "A GPU node offers no GPU to pods.",
-                f"Node {t.label(q.host)}{t.in_cluster(config)} has GPUs that NVML sees, but "
-                f"the kubelet has offered none of them for {th.node_unallocatable_for}: the "
-                "NVIDIA device plugin is not running, not registered, or reports every GPU "
-                "unhealthy.",
+                f"Node {templates.label(queries.host)}{templates.in_cluster(config)} has GPUs "
+                "that NVML sees, but the kubelet has offered none of them for "
+                f"{thresholds.node_unallocatable_for}: the NVIDIA device plugin is not running, "
+                "not registered, or reports every GPU unhealthy.",
             ),
         ),
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from alerts.rule_types import Group, Record
 from bundle.config import BundleConfig
-from bundle.promql import Q
+from bundle.promql import QueryBuilder
 
 # Recorded names the dashboards read; kept here so a rename cannot miss a panel.
 PHYSICAL = "node:kube_gpu_exporter_node_physical_gpus:max"
@@ -42,7 +42,7 @@ def cluster_total(record: str, *keep: str) -> str:
 
 
 def node_groups(config: BundleConfig) -> Group:
-    q = Q(config)
+    q = QueryBuilder(config)
     node = q.node
     per_node = q.by(node)
 
@@ -99,7 +99,7 @@ def node_groups(config: BundleConfig) -> Group:
 
 
 def cluster_group(config: BundleConfig) -> Group:
-    q = Q(config)
+    q = QueryBuilder(config)
     totals = [
         Record(cluster_total(PHYSICAL), f"sum {q.by()} ({PHYSICAL})"),
         Record(cluster_total(ANSWERING), f"sum {q.by()} ({ANSWERING})"),
@@ -113,7 +113,7 @@ def cluster_group(config: BundleConfig) -> Group:
 
 
 def usage_group(config: BundleConfig) -> Group:
-    q = Q(config)
+    q = QueryBuilder(config)
     ns, pod, host = q.namespace, q.pod, q.host
     th = config.thresholds
     allocation = q.exporter("kube_gpu_exporter_pod_device_allocation")
@@ -172,7 +172,7 @@ def device_history_group(config: BundleConfig) -> Group:
     """Per-device utilization, one average and one peak per window. Evaluated once per window,
     the windows tile time, so over whole windows the average of the averages (each window holds
     the same number of scrapes) and the max of the peaks equal those of the raw samples."""
-    q = Q(config)
+    q = QueryBuilder(config)
     window = config.dashboards.device_history_window
     device = (q.namespace, q.pod, q.host, "gpu", "UUID", "GPU_I_ID")
     return Group(

@@ -23,7 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import wrk
-from benchmarks.processes import REPO, free_port, pinned, proc_sample, stop, wait_ready
+from benchmarks.processes import (
+    REPO,
+    ProcSample,
+    free_port,
+    pinned,
+    proc_sample,
+    stop,
+    wait_ready,
+)
 from benchmarks.simulated import fleet_spec
 
 FLEETS = ("one-gpu", "default", "mig-56", "sixteen-gpus")
@@ -166,6 +174,27 @@ class _Prometheus:
         return float(mean[0]["value"][1]) if mean else None
 
 
+def quiet_window(pid: int, start: ProcSample, seconds: float) -> tuple[list[ProcSample], float]:
+    """Samples of `pid` about once a second for at least `seconds`, and how long that took.
+
+    /proc counts CPU time in clock ticks (10 ms at the usual 100 Hz), so a short window over a
+    quiet process can read no CPU at all; the window then goes on, up to four times its length,
+    until a tick has been counted. Windows of the real benchmark's length never need to."""
+    began = time.monotonic()
+    shortest, longest = began + seconds, began + 4 * seconds
+    samples: list[ProcSample] = []
+    while True:
+        now = time.monotonic()
+        if (
+            samples
+            and now >= shortest
+            and (samples[-1].cpu_seconds > start.cpu_seconds or now >= longest)
+        ):
+            return samples, now - began
+        time.sleep(min(1.0, max(0.1, shortest - now)))
+        samples.append(proc_sample(pid))
+
+
 def measure_participant(
     name: str, fleet: str, socket_path: str, settings: Settings, workdir: Path
 ) -> Measured:
@@ -185,15 +214,10 @@ def measure_participant(
         with _Prometheus(port, prometheus_dir, settings) as prometheus:
             time.sleep(settings.warmup_seconds)
             start = proc_sample(process.pid)
-            rss: list[int] = []
-            deadline = time.monotonic() + settings.cpu_window_seconds
-            while time.monotonic() < deadline:
-                time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-                rss.append(proc_sample(process.pid).rss_bytes)
-            end = proc_sample(process.pid)
-            cpu_per_hour = (
-                (end.cpu_seconds - start.cpu_seconds) / settings.cpu_window_seconds * 3600
-            )
+            samples, seconds = quiet_window(process.pid, start, settings.cpu_window_seconds)
+            end = samples[-1]
+            cpu_per_hour = (end.cpu_seconds - start.cpu_seconds) / seconds * 3600
+            rss = [sample.rss_bytes for sample in samples]
             series, body_bytes, gzip_bytes = exposition(port)
             latency = scrape_latency(port, settings)
             final = proc_sample(process.pid)

@@ -13,8 +13,9 @@ def _matchers(base: str, extra: tuple[str, ...]) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Q:
-    """Query vocabulary for one config. `dashboard=True` adds the Grafana variable filters."""
+class QueryBuilder:
+    """Builds selectors, aggregation clauses and common expressions from one config's label
+    names and matchers. `dashboard=True` adds the Grafana variable filters."""
 
     config: BundleConfig
     dashboard: bool = False

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from alerts import recording as r
 from bundle.config import BundleConfig
-from bundle.promql import Q
+from bundle.promql import QueryBuilder
 from dashboards import variables
 from dashboards.panels import (
     Cell,
+    TableQuery,
     bargauge,
     row,
     stat,
@@ -23,7 +24,7 @@ FILE = "gpu-cluster-capacity"
 
 
 def cells(config: BundleConfig) -> list[Cell]:
-    q = Q(config, dashboard=True)
+    q = QueryBuilder(config, dashboard=True)
     node_filter = f'{q.node}=~"$node"'
     ns_filter = f'{q.namespace}=~"$namespace"'
     whole = f'resource="{config.resources.whole_gpu}"'
@@ -91,25 +92,17 @@ def cells(config: BundleConfig) -> list[Cell]:
             "of every node. Time-sliced GPUs count once per replica.",
             "none",
             [
-                target(
-                    f"sum by (resource) ({q.recorded(r.cluster_total(r.ALLOCATABLE, 'resource'))})",
-                    table=True,
-                ),
-                target(
-                    f"sum by (resource) ({q.recorded(r.cluster_total(r.ALLOCATED, 'resource'))})",
-                    table=True,
-                ),
-                target(
-                    f"sum by (resource) ({q.recorded(r.cluster_total(r.FREE, 'resource'))})",
-                    table=True,
-                ),
+                TableQuery(
+                    header,
+                    f"sum by (resource) ({q.recorded(r.cluster_total(record, 'resource'))})",
+                )
+                for header, record in (
+                    ("Allocatable", r.ALLOCATABLE),
+                    ("Allocated", r.ALLOCATED),
+                    ("Free", r.FREE),
+                )
             ],
-            rename={
-                "resource": "Resource",
-                "Value #A": "Allocatable",
-                "Value #B": "Allocated",
-                "Value #C": "Free",
-            },
+            labels={"resource": "Resource"},
             sort_by="Free",
             descending=True,
         ),
@@ -133,22 +126,14 @@ def cells(config: BundleConfig) -> list[Cell]:
             "allocated and free per node.",
             "none",
             [
-                target(per_node(r.PHYSICAL), table=True),
-                target(per_node(r.ANSWERING), table=True),
-                target(per_node(r.OFFERED), table=True),
-                target(per_node(r.ALLOCATABLE), table=True),
-                target(per_node(r.ALLOCATED), table=True),
-                target(per_node(r.FREE), table=True),
+                TableQuery("Physical", per_node(r.PHYSICAL)),
+                TableQuery("Answering", per_node(r.ANSWERING)),
+                TableQuery("Offered", per_node(r.OFFERED)),
+                TableQuery("Allocatable", per_node(r.ALLOCATABLE)),
+                TableQuery("Allocated", per_node(r.ALLOCATED)),
+                TableQuery("Free", per_node(r.FREE)),
             ],
-            rename={
-                q.node: "Node",
-                "Value #A": "Physical",
-                "Value #B": "Answering",
-                "Value #C": "Offered",
-                "Value #D": "Allocatable",
-                "Value #E": "Allocated",
-                "Value #F": "Free",
-            },
+            labels={q.node: "Node"},
             sort_by="Free",
             descending=True,
             width=24,
@@ -159,18 +144,16 @@ def cells(config: BundleConfig) -> list[Cell]:
             "(profile).",
             "none",
             [
-                target(
-                    f"sum by ({q.node}, resource) ({q.recorded(rec, node_filter, mig)})", table=True
+                TableQuery(
+                    header, f"sum by ({q.node}, resource) ({q.recorded(record, node_filter, mig)})"
                 )
-                for rec in (r.ALLOCATABLE, r.ALLOCATED, r.FREE)
+                for header, record in (
+                    ("Allocatable", r.ALLOCATABLE),
+                    ("Allocated", r.ALLOCATED),
+                    ("Free", r.FREE),
+                )
             ],
-            rename={
-                q.node: "Node",
-                "resource": "Resource",
-                "Value #A": "Allocatable",
-                "Value #B": "Allocated",
-                "Value #C": "Free",
-            },
+            labels={q.node: "Node", "resource": "Resource"},
             sort_by="Free",
             descending=True,
             width=24,
@@ -266,24 +249,18 @@ def cells(config: BundleConfig) -> list[Cell]:
             "(--kubernetes); without it all pods of a namespace share one row.",
             "none",
             [
-                target(
+                TableQuery(
+                    "Devices",
                     f"sum by ({q.namespace}, owner_kind, owner_name) "
                     f"({q.recorded(r.WORKLOAD_ALLOCATED, ns_filter)})",
-                    table=True,
                 ),
-                target(
+                TableQuery(
+                    "Utilization %",
                     f"avg by ({q.namespace}, owner_kind, owner_name) "
                     f"({q.recorded(r.WORKLOAD_UTIL, ns_filter)})",
-                    table=True,
                 ),
             ],
-            rename={
-                q.namespace: "Namespace",
-                "owner_kind": "Kind",
-                "owner_name": "Workload",
-                "Value #A": "Devices",
-                "Value #B": "Utilization %",
-            },
+            labels={q.namespace: "Namespace", "owner_kind": "Kind", "owner_name": "Workload"},
             sort_by="Devices",
             descending=True,
         ),
@@ -296,27 +273,25 @@ def cells(config: BundleConfig) -> list[Cell]:
             "latest window is not in it yet.",
             "percent",
             [
-                target(
+                TableQuery(
+                    "Average %",
                     f"sort(avg by ({device_labels}) (avg_over_time("
                     f"{q.recorded(r.DEVICE_BUSY_AVG, *held_here)}"
                     "[$__range])))",
-                    table=True,
                 ),
-                target(
+                TableQuery(
+                    "Peak %",
                     f"max by ({device_labels}) (max_over_time("
                     f"{q.recorded(r.DEVICE_BUSY_MAX, *held_here)}"
                     "[$__range]))",
-                    table=True,
                 ),
             ],
-            rename={
+            labels={
                 q.namespace: "Namespace",
                 q.pod: "Pod",
                 q.host: "Node",
                 "gpu": "GPU",
                 "GPU_I_ID": "MIG instance",
-                "Value #A": "Average %",
-                "Value #B": "Peak %",
             },
             sort_by="Average %",
         ),
@@ -327,13 +302,13 @@ def cells(config: BundleConfig) -> list[Cell]:
             "instance under their own resource.",
             "h",
             [
-                target(
+                TableQuery(
+                    "Device-hours",
                     f"sum by ({q.namespace}, resource) (avg_over_time("
                     f"{q.recorded(r.NS_ALLOCATED, ns_filter)}[$__range])) * {gpu_hours}",
-                    table=True,
                 ),
             ],
-            rename={q.namespace: "Namespace", "resource": "Resource", "Value": "Device-hours"},
+            labels={q.namespace: "Namespace", "resource": "Resource"},
             sort_by="Device-hours",
             descending=True,
         ),
@@ -374,13 +349,8 @@ def cells(config: BundleConfig) -> list[Cell]:
             "GPU devices requested by Pending pods per namespace and resource (kube-state-metrics "
             "resource names).",
             "none",
-            [
-                target(
-                    f"sum by (namespace, resource) ({q.recorded(r.PENDING)})",
-                    table=True,
-                )
-            ],
-            rename={"namespace": "Namespace", "resource": "Resource", "Value": "Requested"},
+            [TableQuery("Requested", f"sum by (namespace, resource) ({q.recorded(r.PENDING)})")],
+            labels={"namespace": "Namespace", "resource": "Resource"},
             sort_by="Requested",
             descending=True,
             width=18,

@@ -6,10 +6,11 @@ so Grafana's units format them."""
 from __future__ import annotations
 
 from bundle.config import BundleConfig
-from bundle.promql import Q
+from bundle.promql import QueryBuilder
 from dashboards import variables
 from dashboards.panels import (
     Cell,
+    TableQuery,
     gauge,
     row,
     state_timeline,
@@ -25,7 +26,7 @@ DEVICE_LEGEND = "GPU {{gpu}}{{GPU_I_PROFILE}} {{GPU_I_ID}}"
 
 
 def cells(config: BundleConfig) -> list[Cell]:
-    q = Q(config, dashboard=True)
+    q = QueryBuilder(config, dashboard=True)
     d = q.device
     rate = q.rate_interval
     fb_total = (
@@ -53,17 +54,17 @@ def cells(config: BundleConfig) -> list[Cell]:
             "Each GPU on the node: model, driver, MIG mode and whether NVML answers.",
             "none",
             [
-                target(d("kube_gpu_exporter_device_info"), table=True),
-                target(d("kube_gpu_exporter_device_up"), table=True),
+                # An info series: only its labels are of interest.
+                TableQuery(None, d("kube_gpu_exporter_device_info")),
+                TableQuery("Answering", d("kube_gpu_exporter_device_up")),
             ],
-            hide=("job", "instance", "Value #A", "pci_bus_id", q.host, q.cluster, "node"),
-            rename={
+            hide=("job", "instance", "pci_bus_id", q.host, q.cluster, "node"),
+            labels={
                 "gpu": "GPU",
                 "model_name": "Model",
                 "driver_version": "Driver",
                 "mig_mode": "MIG",
                 "device": "Device",
-                "Value #B": "Answering",
             },
             sort_by="GPU",
         ),
@@ -72,9 +73,9 @@ def cells(config: BundleConfig) -> list[Cell]:
             "Which container holds each GPU or MIG instance, from the kubelet pod-resources "
             "API. A time-sliced GPU lists every pod sharing it.",
             "none",
-            [target(d("kube_gpu_exporter_pod_device_allocation"), table=True)],
-            hide=("job", "instance", "Value", "device_id", q.host, q.cluster, "node", "UUID"),
-            rename={
+            [TableQuery(None, d("kube_gpu_exporter_pod_device_allocation"))],
+            hide=("job", "instance", "device_id", q.host, q.cluster, "node", "UUID"),
+            labels={
                 "gpu": "GPU",
                 "GPU_I_PROFILE": "MIG profile",
                 "GPU_I_ID": "Instance",
@@ -231,11 +232,10 @@ def cells(config: BundleConfig) -> list[Cell]:
             "The most recent XID error of each GPU or MIG instance (0: none since the exporter "
             "started), with NVIDIA's description.",
             "none",
-            [target(d("DCGM_FI_DEV_XID_ERRORS"), table=True)],
+            [TableQuery(None, d("DCGM_FI_DEV_XID_ERRORS"))],
             hide=(
                 "job",
                 "instance",
-                "Value",
                 "pci_bus_id",
                 "device",
                 "modelName",
@@ -244,7 +244,7 @@ def cells(config: BundleConfig) -> list[Cell]:
                 q.cluster,
                 "node",
             ),
-            rename={"gpu": "GPU", "err_code": "XID", "err_msg": "Meaning", q.pod: "Pod"},
+            labels={"gpu": "GPU", "err_code": "XID", "err_msg": "Meaning", q.pod: "Pod"},
             sort_by="XID",
             descending=True,
         ),
@@ -346,11 +346,13 @@ def cells(config: BundleConfig) -> list[Cell]:
             "took (node_exporter style).",
             "s",
             [
-                target(this_exporter("kube_gpu_exporter_collector_success"), table=True),
-                target(this_exporter("kube_gpu_exporter_collector_duration_seconds"), table=True),
+                TableQuery("Succeeded", this_exporter("kube_gpu_exporter_collector_success")),
+                TableQuery(
+                    "Duration", this_exporter("kube_gpu_exporter_collector_duration_seconds")
+                ),
             ],
             hide=("job", "instance", q.cluster),
-            rename={"collector": "Collector", "Value #A": "Succeeded", "Value #B": "Duration"},
+            labels={"collector": "Collector"},
         ),
         timeseries(
             "Sweep duration",

@@ -25,6 +25,26 @@ class Cell:
     height: int = 8
 
 
+def ref_id(index: int) -> str:
+    """The letter that names a panel's query, from its position among the panel's queries."""
+    return chr(ord("A") + index)
+
+
+@dataclass(frozen=True, slots=True)
+class TableQuery:
+    """One query of a table, with the header of the value column it adds. A query without a
+    header only contributes its labels; its value is hidden."""
+
+    header: str | None
+    expr: str
+
+
+def _value_field(index: int, count: int) -> str:
+    # Grafana's name for an instant table query's value: plain "Value" when the panel has one
+    # query, "Value #<refId>" when the merge transformation joins several.
+    return "Value" if count == 1 else f"Value #{ref_id(index)}"
+
+
 def target(expr: str, legend: str = "", *, instant: bool = False, table: bool = False) -> g.Target:
     return g.Target(
         expr=expr,
@@ -106,23 +126,33 @@ def table(
     title: str,
     description: str,
     unit: str,
-    targets: list[g.Target],
+    queries: list[TableQuery],
     *,
+    labels: dict[str, str] | None = None,
     hide: tuple[str, ...] = (),
-    rename: dict[str, str] | None = None,
     sort_by: str | None = None,
     descending: bool = False,
     width: int = 12,
     height: int = 8,
 ) -> Cell:
-    """An instant-query table; several targets are merged into one row per label set."""
-    rename = rename or {}
+    """An instant-query table: the queries are merged into one row per label set. Value columns
+    take their headers from `queries`, so a header moves with its query when queries are
+    reordered; `labels` renames label columns and `hide` drops them."""
+    fields = [_value_field(index, len(queries)) for index in range(len(queries))]
+    headers = {field: query.header for field, query in zip(fields, queries, strict=True)}
+    rename = {
+        **(labels or {}),
+        **{field: header for field, header in headers.items() if header is not None},
+    }
+    if sort_by is not None and sort_by not in rename.values():
+        raise ValueError(f"table {title!r}: sort_by {sort_by!r} is not one of its column headers")
+    hidden = (*hide, *(field for field, header in headers.items() if header is None))
     transformations: list[dict[str, Any]] = [{"id": "merge", "options": {}}]
     transformations.append(
         {
             "id": "organize",
             "options": {
-                "excludeByName": {"Time": True, "__name__": True, **dict.fromkeys(hide, True)},
+                "excludeByName": {"Time": True, "__name__": True, **dict.fromkeys(hidden, True)},
                 "renameByName": rename,
             },
         }
@@ -131,7 +161,7 @@ def table(
         title=title,
         description=description,
         dataSource=DATASOURCE,
-        targets=targets,
+        targets=[target(query.expr, table=True) for query in queries],
         unit=unit,
         filterable=True,
         transformations=transformations,

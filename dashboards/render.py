@@ -20,7 +20,7 @@ from grafanalib import core as g
 
 from bundle.config import BundleConfig
 from dashboards import cluster_capacity, gpu_devices
-from dashboards.panels import Cell
+from dashboards.panels import Cell, ref_id
 
 DASHBOARDS: tuple[ModuleType, ...] = (cluster_capacity, gpu_devices)
 # Grafana 10.4's schema: the JSON below follows it, so Grafana loads it without migrating.
@@ -117,7 +117,7 @@ def _fix_panel(panel: dict[str, Any], panel_id: int, config: BundleConfig) -> No
     for index, target in enumerate(panel.get("targets", [])):
         for key in DROP_TARGET_KEYS:
             target.pop(key, None)
-        target["refId"] = chr(ord("A") + index)
+        target["refId"] = ref_id(index)
         if not target.get("instant"):
             target["range"] = True
     # A Stat's unit lives in fieldConfig in current Grafana, not in the legacy `format`.

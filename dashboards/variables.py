@@ -6,7 +6,7 @@ from __future__ import annotations
 from grafanalib import core as g
 
 from bundle.config import BundleConfig
-from bundle.promql import Q
+from bundle.promql import QueryBuilder
 from dashboards.panels import DATASOURCE
 
 ON_TIME_RANGE_CHANGE = 2
@@ -50,7 +50,7 @@ def _query(
 
 
 def cluster(config: BundleConfig) -> g.Template:
-    q = Q(config)
+    q = QueryBuilder(config)
     template = _query(
         "cluster",
         "Cluster",
@@ -64,7 +64,7 @@ def cluster(config: BundleConfig) -> g.Template:
 
 
 def node(config: BundleConfig, *, multi: bool = True) -> g.Template:
-    q = Q(config, dashboard=True)
+    q = QueryBuilder(config, dashboard=True)
     return _query(
         "node",
         "Node",
@@ -75,7 +75,7 @@ def node(config: BundleConfig, *, multi: bool = True) -> g.Template:
 
 
 def gpu(config: BundleConfig) -> g.Template:
-    q = Q(config, dashboard=True)
+    q = QueryBuilder(config, dashboard=True)
     return _query(
         "gpu",
         "GPU",
@@ -84,7 +84,7 @@ def gpu(config: BundleConfig) -> g.Template:
 
 
 def namespace(config: BundleConfig) -> g.Template:
-    q = Q(config, dashboard=True)
+    q = QueryBuilder(config, dashboard=True)
     return _query(
         "namespace",
         "Namespace",

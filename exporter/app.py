@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -29,6 +29,9 @@ from exporter.nvml.binding import check_binding
 from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
 from exporter.poller import Poller
 from exporter.server import build_app, serve
+
+if TYPE_CHECKING:
+    from exporter.kubernetes.watcher import KubernetesWatcher
 
 log = logging.getLogger(__name__)
 
@@ -94,14 +97,10 @@ def _kubernetes_watcher(config: Config):
     )
 
 
-def serve_node(
+def attribution_sources(
     config: Config,
-    on_listening: Callable[[int], None] | None = None,
-    extra_routes: Callable[[web.Application], None] | None = None,
-) -> None:
-    """Start the collectors for `config`, serve until SIGTERM, then stop them."""
-    cap = connection_cap(config.web.max_connections, raise_open_file_limit())
-    config = replace(config, web=replace(config.web, max_connections=cap))
+) -> tuple[PodResourcesWatcher | None, KubernetesWatcher | None]:
+    """The pod-resources watcher and the Kubernetes watcher `config` asks for, not started."""
     pods = None
     if config.attribution.podresources_enabled:
         pods = PodResourcesWatcher(
@@ -110,6 +109,13 @@ def serve_node(
             config.attribution.extra_resources,
         )
     kube = _kubernetes_watcher(config) if config.attribution.kubernetes_enabled else None
+    return pods, kube
+
+
+def exposition_store(
+    config: Config, pods: PodResourcesWatcher | None, kube: KubernetesWatcher | None
+) -> ExpositionStore:
+    """A store that joins each published snapshot with the sources' latest data."""
 
     def context() -> AttributionContext:
         return AttributionContext(
@@ -118,7 +124,25 @@ def serve_node(
             kube=kube.view() if kube else None,
         )
 
-    store = ExpositionStore(Renderer(config.labels), context)
+    return ExpositionStore(Renderer(config.labels), context)
+
+
+def with_node_name(config: Config, default_node_name: str) -> Config:
+    if config.labels.node_name:
+        return config
+    return replace(config, labels=replace(config.labels, node_name=default_node_name))
+
+
+def serve_node(
+    config: Config,
+    on_listening: Callable[[int], None] | None = None,
+    extra_routes: Callable[[web.Application], None] | None = None,
+) -> None:
+    """Start the collectors for `config`, serve until SIGTERM, then stop them."""
+    cap = connection_cap(config.web.max_connections, raise_open_file_limit())
+    config = replace(config, web=replace(config.web, max_connections=cap))
+    pods, kube = attribution_sources(config)
+    store = exposition_store(config, pods, kube)
     poller = Poller(config.collection, store.publish)
     helpers = [h for h in (pods, kube) if h is not None]
     for helper in helpers:
@@ -153,7 +177,5 @@ def run(
             log.info("simulator fault injection at %s/gpus (see README)", PREFIX)
         elif problem := check_binding():
             raise ConfigurationError(problem)
-        if not config.labels.node_name:
-            config = replace(config, labels=replace(config.labels, node_name=default_node_name))
-        serve_node(config, on_listening, extra_routes)
+        serve_node(with_node_name(config, default_node_name), on_listening, extra_routes)
     return 0

@@ -457,16 +457,23 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
     )
 
 
-def _fail(message: str) -> NoReturn:
+def _usage_error(message: str) -> int:
     print(f"{PROG}: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    return 2
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = None) -> int:
+    """Run the exporter; the exit status: 0, or 2 after one line on stderr for bad input.
+
+    `argv` and `environ` default to the process's own; tests pass theirs to run in-process.
+    """
     try:
-        config = parse_config(sys.argv[1:] if argv is None else argv)
+        config = parse_config(sys.argv[1:] if argv is None else argv, environ)
     except UsageError as exc:
-        _fail(str(exc))
+        return _usage_error(str(exc))
+    except SystemExit as exc:
+        # argparse ends --help and --version this way, after printing what was asked for.
+        return exc.code if isinstance(exc.code, int) else 0
     configure_logging(config.log_level, config.log_format)
     # Logged only now, in the chosen format; a bad file has already failed with one line.
     for warning in config.web.security.warnings if config.web.security else ():
@@ -476,6 +483,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(config, default_node_name=socket.gethostname())
     except ConfigurationError as exc:
-        _fail(str(exc))
+        return _usage_error(str(exc))
     except KeyboardInterrupt:
         return 0

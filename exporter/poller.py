@@ -13,7 +13,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import replace
 from typing import Any
@@ -26,11 +26,10 @@ from exporter.config import CollectionConfig
 from exporter.nvml.binding import GPU_GONE, NVMLError, error_name
 from exporter.nvml.device_reader import DeviceReader
 from exporter.nvml.error_tally import ErrorTally
-from exporter.nvml.gpm_sampler import GpmSampler, GpmTarget
 from exporter.nvml.guarded_calls import GuardedNvml
+from exporter.nvml.helper import LiveGpu, PollerHelper
+from exporter.nvml.helper_registry import build_helpers
 from exporter.nvml.mig_reader import MigReader
-from exporter.nvml.pcie_sampler import PcieSampler
-from exporter.nvml.xid_watcher import XidBook, XidWatcher
 from exporter.snapshot import CollectorStatus, GpuIdentity, GpuSnapshot, NodeSnapshot
 
 log = logging.getLogger(__name__)
@@ -93,10 +92,11 @@ class Poller(BackgroundThread):
         *,
         workers: int = 16,
         helper_threads: bool = True,
+        extra_helpers: Sequence[PollerHelper] = (),
     ) -> None:
         super().__init__()
-        # False: the PCIe and GPM samplers get no threads of their own; whoever steps simulated
-        # time (the benchmark's cluster history) runs their rounds with `run_helpers_once()`.
+        # False: helpers that can run as rounds get no threads of their own; whoever steps
+        # simulated time (the benchmark's cluster history) runs them with `run_helpers_once()`.
         self._helper_threads = helper_threads
         self._config = config
         self._publish = publish
@@ -104,16 +104,11 @@ class Poller(BackgroundThread):
         self._nvml = GuardedNvml(self._tally)
         self._reader = DeviceReader(self._nvml, threading.Lock())
         self._mig = MigReader(self._nvml, config.mig_refresh_seconds)
-        self._xid_book = XidBook()
-        self._xid = (
-            XidWatcher(self._xid_book, self._tally, self._mig_changed)
-            if config.xid_enabled
-            else None
+        # `extra_helpers` come after the registered ones, for tests and embedders.
+        self._helpers = (
+            *build_helpers(config, self._nvml, self._tally, self._mig_changed),
+            *extra_helpers,
         )
-        self._pcie = (
-            PcieSampler(self._nvml, config.pcie_interval_seconds) if config.pcie_enabled else None
-        )
-        self._gpm = GpmSampler(self._nvml, config.interval_seconds) if config.gpm_enabled else None
         self._workers = DaemonWorkers(workers, "nvml-device")
         self._sweep_lock = threading.Lock()
 
@@ -133,9 +128,8 @@ class Poller(BackgroundThread):
 
     def stop(self, timeout: float = 3.0) -> None:
         super().stop(timeout)
-        for helper in (self._xid, self._pcie, self._gpm):
-            if helper is not None:
-                helper.stop(timeout)
+        for helper in self._helpers:
+            helper.stop(timeout)
         self._workers.shutdown()
         if self._initialized and not self._in_flight:
             try:
@@ -180,24 +174,17 @@ class Poller(BackgroundThread):
                 nvml_ok = False
             else:
                 gpus = self._read_devices(count, started)
-                self._keep_helpers_current(gpus)
+                self._track_helpers(gpus)
         finished = time.monotonic()
         duration = finished - started
         now = time.time()
         if nvml_ok:
             self._last_success_at = now
         self._sequence += 1
-        collectors = [CollectorStatus("nvml", nvml_ok and all(g.up for g in gpus), duration)]
-        if self._xid is not None:
-            collectors.append(CollectorStatus("xid", self._xid.healthy, 0.0))
-        if self._pcie is not None:
-            collectors.append(
-                CollectorStatus("pcie", self._pcie.last_success, self._pcie.last_duration_seconds)
-            )
-        if self._gpm is not None:
-            collectors.append(
-                CollectorStatus("gpm", self._gpm.last_success, self._gpm.last_duration_seconds)
-            )
+        collectors = (
+            CollectorStatus("nvml", nvml_ok and all(g.up for g in gpus), duration),
+            *(helper.status() for helper in self._helpers),
+        )
         return NodeSnapshot(
             taken_at=now,
             monotonic_at=finished,
@@ -205,7 +192,7 @@ class Poller(BackgroundThread):
             nvml_up=nvml_ok,
             driver_version=self._driver_version,
             gpus=gpus,
-            collectors=tuple(collectors),
+            collectors=collectors,
             nvml_errors=self._tally.snapshot(),
             last_success_at=self._last_success_at,
             sequence=self._sequence,
@@ -278,24 +265,10 @@ class Poller(BackgroundThread):
                 readings=None,
                 error=f"{type(exc).__name__}: {exc}",
             )
-        if self._pcie is not None:
-            pcie = self._pcie.latest(identity.uuid)
-            if pcie is not None:
-                readings = replace(readings, pcie_tx_kbps=pcie[0], pcie_rx_kbps=pcie[1])
-        gpu_xid = self._xid_book.gpu_record(identity.uuid)
-        profiling, instance_profiling = (
-            self._gpm.latest(identity.uuid) if self._gpm is not None else (None, ())
-        )
-        return GpuSnapshot(
-            identity,
-            up=True,
-            readings=readings,
-            mig_instances=instances,
-            instance_xids=self._xid_book.instance_records(identity.uuid),
-            profiling=profiling,
-            instance_profiling=instance_profiling,
-            **({"xid": gpu_xid} if gpu_xid is not None else {}),
-        )
+        gpu = GpuSnapshot(identity, up=True, readings=readings, mig_instances=instances)
+        for helper in self._helpers:
+            gpu = helper.merge(gpu)
+        return gpu
 
     def _identity(self, index: int, handle: Any) -> GpuIdentity:
         cached = self._identities.get(index)
@@ -316,10 +289,9 @@ class Poller(BackgroundThread):
         return identity
 
     def run_helpers_once(self) -> None:
-        """One PCIe and one GPM round now, on this thread; the next sweep reports them."""
-        for helper in (self._pcie, self._gpm):
-            if helper is not None:
-                helper.sample_once()
+        """One round of every helper now, on this thread; the next sweep reports them."""
+        for helper in self._helpers:
+            helper.run_once()
 
     def retry_init_now(self) -> None:
         """Skip the remaining init backoff: the next sweep tries nvmlInit again."""
@@ -332,26 +304,10 @@ class Poller(BackgroundThread):
             if identity.uuid == uuid:
                 self._identities.pop(index, None)
 
-    def _keep_helpers_current(self, gpus: tuple[GpuSnapshot, ...]) -> None:
-        live = [g.identity for g in gpus if g.up]
-        if self._xid is not None:
-            self._xid.watch([i.index for i in live])
-        if self._pcie is not None:
-            self._pcie.sample([(i.index, i.uuid) for i in live])
-        if self._gpm is not None:
-            self._gpm.sample(
-                [
-                    GpmTarget(
-                        g.identity.index,
-                        g.identity.uuid,
-                        tuple(m.gpu_instance_id for m in g.mig_instances)
-                        if g.identity.mig_enabled
-                        else None,
-                    )
-                    for g in gpus
-                    if g.up
-                ]
-            )
+    def _track_helpers(self, gpus: tuple[GpuSnapshot, ...]) -> None:
+        live = tuple(LiveGpu.of(g) for g in gpus if g.up)
+        for helper in self._helpers:
+            helper.track(live)
 
     # NVML library state
 
@@ -371,8 +327,8 @@ class Poller(BackgroundThread):
         self._init_backoff.succeeded()
         self._last_init_error = None
         log.info("NVML initialised, driver %s", self._driver_version)
-        for helper in (self._xid, self._pcie, self._gpm):
-            if helper is not None and (self._helper_threads or helper is self._xid):
+        for helper in self._helpers:
+            if self._helper_threads or helper.needs_thread:
                 helper.start()
 
     def _lose_nvml(self, exc: NVMLError) -> None:
@@ -381,7 +337,7 @@ class Poller(BackgroundThread):
         self._handles.clear()
         self._identities.clear()
         self._mig.invalidate()
-        if self._gpm is not None:
-            self._gpm.invalidate()
+        for helper in self._helpers:
+            helper.invalidate()
         with contextlib.suppress(NVMLError):
             pynvml.nvmlShutdown()

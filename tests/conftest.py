@@ -26,6 +26,9 @@ FAST = CollectionConfig(
     device_timeout_seconds=1.0,
     pcie_enabled=False,
     xid_enabled=True,
+    # Tests reload the driver dozens of times; a 1 s wait per reload would dominate them.
+    xid_reregister_delay_seconds=0.05,
+    xid_event_wait_ms=100,
     mig_refresh_seconds=60.0,
 )
 LABELS = LabelConfig(node_name="node-a")
@@ -143,3 +146,16 @@ def start_xid_watch(sim: FakeNvml, poller: Poller) -> None:
     """Sweep once (which starts the XID watcher) and wait until it listens on every GPU."""
     poller.sweep()
     assert wait_for(lambda: sim.registered_gpus() == set(range(len(sim.gpus))))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from tests.tiers import assign_tiers
+
+    assign_tiers(items)
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request: pytest.FixtureRequest) -> Iterator[None]:
+    from tests.tiers import refuse_processes_in_unit_tests
+
+    yield from refuse_processes_in_unit_tests(request)

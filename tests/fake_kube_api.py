@@ -8,6 +8,7 @@ import json
 import socket
 import threading
 import time
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -24,7 +25,7 @@ class FakeKubeApi:
         self.expired_before = 0  # watches from an older version get 410 Gone
         self.list_delay_seconds = 0.0  # an overloaded API server: LISTs answer this late
         self.stall_watches = False  # watches send headers, then nothing until this is cleared
-        self.stalled = 0  # watches that have stalled so far
+        self.stalled: Counter[str] = Counter()  # watches stalled so far, by resource
         self.requests: list[tuple[str, dict[str, list[str]]]] = []
         self.cond = threading.Condition()
         self.connections: set[socket.socket] = set()
@@ -246,7 +247,7 @@ class FakeKubeApi:
         try:
             with self.cond:
                 if self.stall_watches:
-                    self.stalled += 1
+                    self.stalled[resource] += 1
                 while self.stall_watches and self._server is not None:
                     self.cond.wait(0.2)
                 if since < self.expired_before:

@@ -1,13 +1,19 @@
-"""Flags, environment variables and bad input: one clear line and exit status 2."""
+"""Flags, environment variables and bad input: one clear line and exit status 2.
+
+The bad-input cases run in-process through `main()`; a few run the real process to prove the
+contract holds there too: the status reaches the shell and nothing else reaches stderr.
+"""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
-from exporter.cli import env_name, parse_config, parse_duration
+from exporter.cli import env_name, main, parse_config, parse_duration
 from exporter.config import HostLabel
 from tests.conftest import REPO
 
@@ -21,6 +27,30 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
         cwd=REPO,
         env={"PATH": "/usr/bin:/bin", **(env or {})},
     )
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Iterator:
+    """`main()` in this process with its own environment: (exit status, stdout, stderr)."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+
+    def call(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main(list(args), environ=dict(env or {}))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    yield call
+    # main() configures logging for the process it thinks it owns.
+    root.handlers[:], root.level = handlers, level
+
+
+def assert_one_error_line(stderr: str, mentions: str) -> None:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("kube-gpu-exporter: error: ")
+    assert mentions in lines[0]
 
 
 BAD_INPUT = [
@@ -70,13 +100,30 @@ BAD_INPUT = [
 
 
 @pytest.mark.parametrize(("args", "env", "mentions"), BAD_INPUT)
-def test_bad_flags_exit_2_with_one_line(args, env, mentions):
+def test_bad_flags_exit_2_with_one_line(cli, args, env, mentions):
+    code, out, err = cli(*args, env=env)
+    assert (code, out) == (2, "")
+    assert_one_error_line(err, mentions)
+
+
+# One flag, one environment variable, one failure past parsing (the fleet file is read at start).
+PROCESS_CASES = [
+    (["--collector.interval=5x"], {}, "--collector.interval"),
+    ([], {"KUBE_GPU_EXPORTER_COLLECTOR_PCIE": "maybe"}, "KUBE_GPU_EXPORTER_COLLECTOR_PCIE"),
+    (["--simulate=/nonexistent/fleet.yaml"], {}, "fleet file /nonexistent/fleet.yaml"),
+]
+
+
+@pytest.mark.parametrize(("args", "env", "mentions"), PROCESS_CASES)
+def test_the_process_exits_2_with_one_line(args, env, mentions):
     proc = run_cli(*args, env=env)
     assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("kube-gpu-exporter: error: ")
-    assert mentions in lines[0]
+    assert proc.stdout == ""
+    assert_one_error_line(proc.stderr, mentions)
+
+
+def test_process_cases_are_bad_input_cases():
+    assert all(case in BAD_INPUT for case in PROCESS_CASES)
 
 
 def test_every_flag_that_takes_a_value_has_a_bad_value_case():
@@ -92,20 +139,19 @@ def test_every_flag_that_takes_a_value_has_a_bad_value_case():
     assert takes_value - tested == set()
 
 
-def test_malformed_fleet_file_exits_2_naming_the_field(tmp_path):
+def test_malformed_fleet_file_exits_2_naming_the_field(cli, tmp_path):
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text("gpus:\n  - model: H100-80GB-HBM3\n    mig: [1g.10gb, 9g.99gb]\n")
-    proc = run_cli("--simulate", str(fleet), "--web.listen-address=127.0.0.1:1")
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert lines[-1].startswith("kube-gpu-exporter: error: ")
-    assert "gpus[0].mig[1]" in lines[-1] and "9g.99gb" in lines[-1]
-    assert not any("Traceback" in line for line in lines)
+    code, _, err = cli("--simulate", str(fleet), "--web.listen-address=127.0.0.1:1")
+    assert code == 2
+    assert_one_error_line(err, "gpus[0].mig[1]")
+    assert "9g.99gb" in err
 
 
-def test_version_and_help():
-    assert run_cli("--version").stdout.strip() == "kube-gpu-exporter 0.1.0"
-    help_text = run_cli("--help").stdout
+def test_version_and_help(cli):
+    assert cli("--version") == (0, "kube-gpu-exporter 0.1.0\n", "")
+    code, help_text, _ = cli("--help")
+    assert code == 0
     for flag in (
         "--web.listen-address",
         "--web.telemetry-path",
@@ -116,6 +162,11 @@ def test_version_and_help():
         "--simulate",
     ):
         assert flag in help_text
+
+
+def test_the_process_prints_its_version():
+    proc = run_cli("--version")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "kube-gpu-exporter 0.1.0\n", "")
 
 
 def test_defaults():

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from dataclasses import replace
+from itertools import pairwise
 
 import pynvml
 
@@ -341,18 +343,34 @@ def test_driver_missing_at_start_is_retried_with_backoff_while_metrics_serve(
     poller = make_poller(publish=published.append)  # FAST: a sweep every 0.2 s
     caplog.set_level(logging.INFO, logger="exporter.poller")
     poller.start()
-    time.sleep(2.5)
-    # Still serving: every sweep is published, with nvml_up 0 and no device series.
-    assert len(published) >= 8
-    text = render(published[-1])
-    assert "kube_gpu_exporter_nvml_up 0" in text and "DCGM_FI_DEV_GPU_TEMP" not in text
-    # Backoff 1 s, then 2 s: three tries in 2.5 s, not one per sweep.
-    assert 2 <= sim.calls["nvmlInit"] <= 3, sim.calls["nvmlInit"]
-    failures = [r for r in caplog.records if "NVML initialisation failed" in r.getMessage()]
-    assert len(failures) == 1 and "DRIVER_NOT_LOADED" in failures[0].getMessage()
+
+    def init_failures(snap: NodeSnapshot) -> int:
+        return dict(snap.nvml_errors).get(("nvmlInit", "DRIVER_NOT_LOADED"), 0)
+
+    assert wait_for(lambda: published and init_failures(published[-1]) >= 2, timeout=10)
     sim.load_driver()  # e.g. the driver container finished installing
     assert wait_for(lambda: published[-1].nvml_up and len(published[-1].gpus) == 8, timeout=10)
     assert "NVML initialised, driver 550.54.15" in caplog.text
+    snaps = list(published)
+    # Still serving: every sweep is published, with nvml_up 0 and no device series.
+    assert [s.sequence for s in snaps] == list(range(1, len(snaps) + 1))
+    down = snaps[: next(i for i, s in enumerate(snaps) if s.nvml_up)]
+    text = render(down[-1])
+    assert "kube_gpu_exporter_nvml_up 0" in text and "DCGM_FI_DEV_GPU_TEMP" not in text
+    assert init_failures(down[-1]) == sim.calls["nvmlInit"] - 1  # every try but the last failed
+
+    # Sweeps that try nvmlInit, as they started: backoff 1 s, then 2 s, not one per sweep.
+    def started(snap: NodeSnapshot) -> float:
+        return snap.monotonic_at - snap.sweep_duration_seconds
+
+    first_try = started(down[0])
+    second_try = started(next(s for s in down if init_failures(s) >= 2))
+    recovered = started(snaps[len(down)])
+    assert init_failures(down[0]) == 1
+    assert second_try - first_try >= 1.0, (first_try, second_try)
+    assert recovered - second_try >= 2.0, (second_try, recovered)
+    failures = [r for r in caplog.records if "NVML initialisation failed" in r.getMessage()]
+    assert len(failures) == 1 and "DRIVER_NOT_LOADED" in failures[0].getMessage()
 
 
 def test_driver_reload_reinitialises_nvml(sim, make_poller):
@@ -422,13 +440,26 @@ def test_profile_name_from_attributes_when_the_name_has_none():
 
 
 def test_collection_interval_is_respected(sim, make_poller):
+    interval = 0.25
     snaps: list[NodeSnapshot] = []
-    poller = make_poller(CollectionConfig(interval_seconds=0.25, pcie_enabled=False), snaps.append)
+    poller = make_poller(
+        CollectionConfig(interval_seconds=interval, pcie_enabled=False), snaps.append
+    )
     poller.start()
-    time.sleep(1.2)
+    assert wait_for(lambda: len(snaps) >= 6, timeout=20), len(snaps)
     poller.stop()
-    assert 4 <= len(snaps) <= 6
     assert [s.sequence for s in snaps] == list(range(1, len(snaps) + 1))
+    starts = [s.monotonic_at - s.sweep_duration_seconds for s in snaps]
+    gaps = [later - earlier for earlier, later in pairwise(starts)]
+    # A busy loop would start sweeps a sweep's length apart; half an interval of slack leaves
+    # room for a thread that a loaded machine wakes late.
+    assert min(gaps) > interval / 2, gaps
+    # A sweep longer than the interval delays the next; beyond that, waking is on time.
+    late = [
+        gap - max(interval, snap.sweep_duration_seconds)
+        for gap, snap in zip(gaps, snaps, strict=False)
+    ]
+    assert statistics.median(late) < interval, gaps
 
 
 def test_helpers_step_with_simulated_time_instead_of_threads():

@@ -3,9 +3,14 @@ real Prometheus scraping it and wrk driving it, and the report built from what t
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from benchmarks import exporter_report, exporter_side
+from benchmarks.processes import proc_sample
+from tests.conftest import wait_for
 
 TINY = exporter_side.Settings(
     fleets=("one-gpu",),
@@ -58,3 +63,23 @@ def test_report_has_every_exporter_and_every_row(measured):
         assert report.count(f"| {name} |") == 1
     assert report.count("| `one-gpu` |") == 4  # clients x gzip rows of the latency table
     assert "p99 baseline / ours" in report
+
+
+def test_a_quiet_window_stretches_until_a_cpu_tick_is_counted():
+    """A 10 ms tick is coarse beside a short window: the rate must not read 0 by chance."""
+    idle = subprocess.Popen(["sleep", "60"])
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        start = proc_sample(idle.pid)
+        samples, seconds = exporter_side.quiet_window(idle.pid, start, 0.3)
+        # Never a tick: the window ran to its longest, and the rate honestly reads 0.
+        assert seconds >= 1.2 and samples[-1].cpu_seconds == start.cpu_seconds
+
+        assert wait_for(lambda: proc_sample(busy.pid).cpu_seconds > 0, timeout=10)
+        start = proc_sample(busy.pid)
+        samples, seconds = exporter_side.quiet_window(busy.pid, start, 0.3)
+        assert seconds >= 0.3 and samples[-1].cpu_seconds > start.cpu_seconds
+    finally:
+        for process in (idle, busy):
+            process.kill()
+            process.wait()

@@ -27,7 +27,8 @@ from tests.conftest import (
 MIB = 2**20
 DCGM_LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName"]
 
-# The test's own statement of dcgm-exporter's classic units (dcgm-compat.md section 3),
+# The test's own statement of dcgm-exporter's classic units
+# (docs/dcgm-exporter-compatibility.md, 'Classic units'),
 # written independently of exporter/exposition/dcgm_families.py.
 EXPECTED: dict[str, object] = {
     "DCGM_FI_DEV_SM_CLOCK": lambda r: r.sm_clock_mhz,

@@ -117,7 +117,9 @@ def test_watch_events_are_applied(running):
     api.delete_pod("ml", "trainer-0")
     assert wait_for(lambda: ("ml", "trainer-0") not in watcher.view().pods)
     api.put_pod(api.pod("other", "not-mine", node="gpu-node-8"))
-    time.sleep(0.3)
+    # Events arrive in version order: once a later one is applied, the earlier one would be too.
+    api.put_pod(api.pod("ml", "marker"))
+    assert wait_for(lambda: ("ml", "marker") in watcher.view().pods)
     assert ("other", "not-mine") not in watcher.view().pods
 
 
@@ -209,9 +211,10 @@ def test_stalled_watch_is_abandoned_and_changes_arrive_by_relisting(api):
     watcher.start()
     try:
         assert wait_for(lambda: watcher.view().pods_synced)
-        api.stall_watches = True  # the next watch gets headers, then silence
-        assert wait_for(lambda: api.stalled >= 1)
         errors = watcher.view().watch_errors
+        api.stall_watches = True  # the next watch gets headers, then silence
+        # The node's watch stalls too; only a stalled pod watch makes the relist below needed.
+        assert wait_for(lambda: api.stalled["pods"] >= 1)
         api.put_pod(api.pod("ml", "during-stall"))
         # Without a read timeout this watch would wait for as long as the stall lasts.
         assert wait_for(lambda: ("ml", "during-stall") in watcher.view().pods, timeout=8)

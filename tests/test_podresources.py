@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import replace
+from itertools import pairwise
 
 import grpc
 import pytest
@@ -332,7 +334,9 @@ def test_socket_deleted_under_a_running_watcher_then_recreated(sim, tmp_path):
     watcher = PodResourcesWatcher(PodResourcesClient(str(path), timeout_seconds=1), 0.05, 0.2)
     watcher.start()
     try:
-        assert not wait_for(lambda: watcher.status.up, 0.5)  # no socket yet
+        # No socket yet: calls are made, and fail.
+        assert wait_for(lambda: sum(n for _, n in watcher.status.errors) >= 2), watcher.status
+        assert not watcher.status.up and watcher.status.last_error
         kubelet = FakeKubelet(sim, path).start()
         assert wait_for(lambda: watcher.status.up)
         kubelet.stop()  # removes the socket file, as a kubelet restart does
@@ -376,10 +380,7 @@ def test_rate_limit_backs_off_with_one_call_in_flight(sim, kubelet):
     watcher = watcher_for(kubelet, max_backoff_seconds=0.4)
     watcher.start()
     try:
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not watcher.status.up:
-            time.sleep(0.01)
-        assert watcher.status.up
+        assert wait_for(lambda: watcher.status.up, timeout=10)
     finally:
         watcher.stop()
     assert dict(watcher.status.errors)["RESOURCE_EXHAUSTED"] == 3
@@ -390,21 +391,28 @@ def test_rate_limit_backs_off_with_one_call_in_flight(sim, kubelet):
 
 def test_backoff_spacing_after_rate_limit(sim, kubelet):
     times: list[float] = []
-    original = kubelet.list_response
 
-    def timed():
-        times.append(time.monotonic())
-        return original()
+    class TimedClient(PodResourcesClient):
+        def list(self) -> api_pb2.ListPodResourcesResponse:
+            times.append(time.monotonic())
+            return super().list()
 
-    kubelet.list_response = timed  # type: ignore[method-assign]
     kubelet.faults.rate_limited_calls = 1000
-    watcher = watcher_for(kubelet, max_backoff_seconds=0.4)
+    watcher = PodResourcesWatcher(
+        TimedClient(str(kubelet.socket_path), timeout_seconds=5), 0.05, max_backoff_seconds=0.4
+    )
     watcher.start()
-    time.sleep(1.2)
-    watcher.stop()
-    calls = kubelet.calls["List"]
-    # Without backoff a 50 ms interval would make ~24 calls; with it, far fewer.
-    assert 3 <= calls <= 10, calls
+    try:
+        assert wait_for(lambda: len(times) >= 7, timeout=20), times
+    finally:
+        watcher.stop()
+    gaps = [later - earlier for earlier, later in pairwise(times[:7])]
+    # Failures wait 50, 100 and 200 ms, then the 400 ms cap, each with 20 % jitter; without
+    # backoff every gap would be the 50 ms interval. The slack covers a call made late in its
+    # round, which shortens the gap to the next.
+    backoff = [min(0.4, 0.05 * 2**failures) for failures in range(len(gaps))]
+    assert all(gap >= 0.8 * want - 0.05 for gap, want in zip(gaps, backoff, strict=True)), gaps
+    assert statistics.median(gaps[3:]) < 1.0, gaps  # capped at 400 ms, not at the 60 s default
 
 
 def test_large_list_response(sim, kubelet):

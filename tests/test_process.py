@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import re
 import signal
 import socket
@@ -51,25 +52,48 @@ def start_exporter(*flags: str) -> tuple[subprocess.Popen, str]:
     return proc, f"http://127.0.0.1:{port}"
 
 
-def scrape_until(base: str, ready: Callable[[str], bool], timeout: float = 20.0) -> str:
-    """Scrape /metrics until `ready(text)` holds or the timeout passes; returns the last text."""
-    text = ""
+class NotReady(AssertionError):
+    """A process never reached the state a test waits for; the message says what it saw."""
+
+
+def scrape_until(
+    base: str,
+    ready: Callable[[str], bool],
+    timeout: float = 20.0,
+    *,
+    what: str = "the awaited series",
+    proc: subprocess.Popen | None = None,
+) -> str:
+    """Scrape /metrics until `ready(text)` holds and return that text; raise NotReady with the
+    last response or error once `timeout` passes, or at once if `proc` has exited."""
+    last = "no response yet"
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         try:
-            status, text = get(f"{base}/metrics", 1)
+            status, text = get(f"{base}/metrics", 2)
+        except (OSError, http.client.HTTPException) as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        else:
             if status == 200 and ready(text):
-                break
-        except OSError:
-            pass
+                return text
+            last = f"HTTP {status}, body ending {text[-1500:]!r}"
+        if proc is not None and proc.poll() is not None:
+            stderr = proc.communicate(timeout=5)[1] if proc.stderr else ""
+            raise NotReady(
+                f"{base} exited with {proc.returncode} before {what}; {last}; "
+                f"stderr ends {(stderr or '')[-2000:]!r}"
+            )
+        if time.monotonic() >= deadline:
+            raise NotReady(f"{base}/metrics not showing {what} after {timeout}s; {last}")
         time.sleep(0.2)
-    return text
 
 
 def test_simulated_node_end_to_end():
     proc, base = start_exporter("--log.format=json")
     try:
-        text = scrape_until(base, lambda t: 'pod="llm-pretrain-worker-0"' in t)
+        text = scrape_until(
+            base, lambda t: 'pod="llm-pretrain-worker-0"' in t, what="a pod label", proc=proc
+        )
         assert 'modelName="NVIDIA H100 80GB HBM3"' in text
         assert 'GPU_I_PROFILE="3g.40gb"' in text
         assert 'Hostname="sim-gpu-node-0"' in text
@@ -121,7 +145,10 @@ def test_simulated_node_with_kubernetes_enrichment(tmp_path):
     )
     try:
         text = scrape_until(
-            base, lambda t: "label_team=" in t and "kube_gpu_exporter_node_info{" in t
+            base,
+            lambda t: "label_team=" in t and "kube_gpu_exporter_node_info{" in t,
+            what="pod and node labels from the API server",
+            proc=proc,
         )
         assert 'label_team="vision \\"A\\""' in text
         assert 'owner_kind="Job",owner_name="llm-pretrain"' in text

@@ -19,7 +19,9 @@ def post(base: str, path: str) -> None:
 
 
 def scrape_shows(base: str, name: str, value: float, timeout: float = 15.0) -> str:
-    text = scrape_until(base, lambda t: f"\n{name} {value:g}\n" in t, timeout)
+    text = scrape_until(
+        base, lambda t: f"\n{name} {value:g}\n" in t, timeout, what=f"{name} {value:g}"
+    )
     assert metric(text, name) == value, name
     return text
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 import aiohttp
@@ -102,10 +103,12 @@ async def test_hanging_nvml_call_gives_stale_snapshot_and_unhealthy_healthz(sim)
         sim.faults.hang("nvmlDeviceGetCount")
         assert await asyncio.to_thread(wait_for, lambda: sim.faults.hung_calls == 1)
         frozen = store.current.snapshot.sequence
-        await asyncio.sleep(1.2)
-        response = await client.get("/healthz")
-        assert response.status == 503
-        assert "since the last NVML sweep" in await response.text()
+
+        async def healthz_status() -> int:
+            return (await client.get("/healthz")).status
+
+        assert await async_wait_until(healthz_status, 503, timeout=10)
+        assert "since the last NVML sweep" in await (await client.get("/healthz")).text()
         metrics = await (await client.get("/metrics")).text()
         assert "DCGM_FI_DEV_GPU_TEMP{" in metrics  # still serving the last snapshot
         assert "kube_gpu_exporter_snapshot_stale 1" in metrics
@@ -213,3 +216,15 @@ async def async_wait_for(predicate, timeout: float = 5.0) -> bool:
             return True
         await asyncio.sleep(0.02)
     return bool(predicate())
+
+
+async def async_wait_until(
+    read: Callable[[], Awaitable[object]], want: object, timeout: float = 5.0
+) -> bool:
+    """Whether the coroutine function `read` returns `want` within `timeout` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < deadline:
+        if await read() == want:
+            return True
+        await asyncio.sleep(0.05)
+    return await read() == want

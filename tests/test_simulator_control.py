@@ -193,8 +193,9 @@ def exporter() -> Iterator[str]:
     try:
         # XIDs are events: one sent before the watcher has registered is lost, as with NVML.
         ready = ('kube_gpu_exporter_collector_success{collector="xid"} 1', "allocatable_units{")
-        text = scrape_until(base, lambda t: all(r in t for r in ready))
-        assert all(r in text for r in ready), "the simulated exporter did not get ready"
+        scrape_until(
+            base, lambda t: all(r in t for r in ready), what=" and ".join(ready), proc=proc
+        )
         yield base
     finally:
         proc.terminate()
@@ -230,12 +231,11 @@ def value(text: str, family: str, gpu: int, *labels: str) -> float | None:
 
 
 def metric_becomes(base: str, family: str, gpu: int, check, *labels: str) -> str:
-    text = scrape_until(
-        base, lambda t: (v := value(t, family, gpu, *labels)) is not None and check(v)
+    return scrape_until(
+        base,
+        lambda t: (v := value(t, family, gpu, *labels)) is not None and check(v),
+        what=f"the expected {family} of GPU {gpu} {labels}",
     )
-    got = value(text, family, gpu, *labels)
-    assert got is not None and check(got), f"{family} of GPU {gpu}: {got}"
-    return text
 
 
 def test_process_lists_every_gpu_with_the_pods_holding_it(exporter):

@@ -1,6 +1,6 @@
 """The simulated NVML behaves like the real library: identities, units, MIG rules, error codes.
 
-Expected figures come from ../shared/reference/nvml-facts.md, not from the simulator's own tables.
+Expected figures come from docs/nvml.md, not from the simulator's own tables.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from exporter.simulator.fake_nvml import FakeNvml
 from tests.conftest import fleet_from_yaml
 
-# (fleet key, NVML name, PCI device id, memory MiB, TDP mW) from nvml-facts.md section 14.
+# (fleet key, NVML name, PCI device id, memory MiB, TDP mW) from docs/nvml.md, 'Device table'.
 REFERENCE_DEVICES = [
     ("H100-80GB-HBM3", "NVIDIA H100 80GB HBM3", 0x233010DE, 81559, 700000),
     ("A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", 0x20B210DE, 81920, 400000),
@@ -144,7 +144,7 @@ def test_mig_profile_ids_are_driver_ids_not_enum_indexes(make_sim):
     make_sim(fleet_from_yaml(one_gpu("H100-80GB-HBM3", "mig: [1g.10gb]")))
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    expected = {  # enum index passed in -> (driver id, name), nvml-facts.md section 10
+    expected = {  # enum index -> driver id, docs/nvml.md, 'GPU-instance profile ids'
         pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE: 19,
         pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1: 20,
         pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2: 15,

@@ -384,11 +384,16 @@ async def test_a_cancelled_check_keeps_its_slot_until_bcrypt_ends():
     auth = BasicAuth({"prometheus": HASH.encode()}, max_concurrent=1, checkpw=blocking)
     try:
         first = asyncio.create_task(auth.verify("prometheus", "one"))
-        while not started:
-            await asyncio.sleep(0.01)
+        async with asyncio.timeout(5):
+            while not started:
+                await asyncio.sleep(0.01)
         first.cancel()  # the client hung up; its bcrypt check still runs
         second = asyncio.create_task(auth.verify("prometheus", "two"))
-        await asyncio.sleep(0.1)
+        # A free slot would let the second task count and submit its check in its first step,
+        # without suspending; a few loop turns give it every chance to.
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not second.done()
         # No second check is let in, not even queued for the pool, while the first runs.
         assert started == [b"one"] and auth.bcrypt_checks == 1
         release.set()

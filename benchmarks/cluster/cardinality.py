@@ -1,10 +1,10 @@
 """Series per node: what the exporter serves, against what dcgm-exporter's default counter set
 would serve for the same node.
 
-dcgm-exporter's default CSV (etc/default-counters.csv, ../shared/reference/dcgm-compat.md
-section 3) enables the fields below; it skips a field on an entity that has no value for it. The
-exporter uses the same names and, on the simulated node, the same NOT_SUPPORTED matrix, so its own
-series with these names are the series dcgm-exporter would export for that node.
+dcgm-exporter's default CSV (etc/default-counters.csv; docs/dcgm-exporter-compatibility.md,
+'Default counters') enables the fields below; it skips a field on an entity that has no value for
+it. The exporter uses the same names and, on the simulated node, the same NOT_SUPPORTED matrix, so
+its own series with these names are the series dcgm-exporter would export for that node.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """dcgm-exporter's classic metric families: names, types, units and HELP, and how each value is
-derived from NVML's units (../shared/reference/dcgm-compat.md section 3)."""
+derived from NVML's units (docs/dcgm-exporter-compatibility.md, 'Classic units')."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from exporter.exposition.metric_family import MetricFamily
 
 MIB = 1 << 20
 
@@ -264,10 +266,15 @@ PROFILING_FAMILIES: tuple[DcgmFamily, ...] = (
 )
 
 
-XID_GAUGE = "DCGM_FI_DEV_XID_ERRORS"
-XID_GAUGE_HELP = "Value of the last XID error encountered."
-XID_COUNTER = "DCGM_EXP_XID_ERRORS_TOTAL"
-XID_COUNTER_HELP = "Number of XID errors since the exporter started, by XID code."
+# Both carry their entity's labels, then err_code and err_msg (gauge) or xid (counter).
+XID_ERRORS = MetricFamily(
+    "DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."
+)
+XID_ERRORS_TOTAL = MetricFamily(
+    "DCGM_EXP_XID_ERRORS_TOTAL",
+    "counter",
+    "Number of XID errors since the exporter started, by XID code.",
+)
 
 # Bit -> `clock_event` label value, as dcgm-exporter's DCGM_EXP_CLOCK_EVENTS_COUNT names them.
 CLOCK_EVENTS: tuple[tuple[int, str], ...] = (

@@ -13,6 +13,7 @@ from typing import Any
 
 from exporter import __version__
 from exporter.config import LabelConfig
+from exporter.exposition import own_families as own
 from exporter.exposition.attribution_metrics import (
     render_allocations,
     render_capacity,
@@ -23,10 +24,8 @@ from exporter.exposition.dcgm_families import (
     CLOCK_EVENTS,
     FAMILIES,
     PROFILING_FAMILIES,
-    XID_COUNTER,
-    XID_COUNTER_HELP,
-    XID_GAUGE,
-    XID_GAUGE_HELP,
+    XID_ERRORS,
+    XID_ERRORS_TOTAL,
     DcgmFamily,
 )
 from exporter.exposition.entities import Entity, dcgm_entities, device_labels, host_labels
@@ -34,8 +33,6 @@ from exporter.exposition.text_format import FamilyWriter, Labels, format_value, 
 from exporter.podresources.attribution import attribute
 from exporter.snapshot import ConnectionCounts, NodeSnapshot
 from exporter.xid_messages import xid_message
-
-PREFIX = "kube_gpu_exporter_"
 
 
 def _binding_version() -> str:
@@ -66,12 +63,7 @@ class Renderer:
         profiling = [e.profiling for e in entities]
         for families, sources in ((FAMILIES, readings), (PROFILING_FAMILIES, profiling)):
             for family in families:
-                out.family(
-                    family.name,
-                    family.kind,
-                    family.help,
-                    self._dcgm_samples(family, sources, bodies),
-                )
+                out.family(family, self._dcgm_samples(family, sources, bodies))
         self._xid(out, entities, bodies)
         self._self_metrics(out, snapshot, context)
         render_capacity(out, snapshot, context, self._labels)
@@ -94,9 +86,7 @@ class Renderer:
     @staticmethod
     def _xid(out: FamilyWriter, entities: list[Entity], bodies: list[str]) -> None:
         out.family(
-            XID_GAUGE,
-            "gauge",
-            XID_GAUGE_HELP,
+            XID_ERRORS,
             (
                 (
                     body
@@ -113,9 +103,7 @@ class Renderer:
             ),
         )
         out.family(
-            XID_COUNTER,
-            "counter",
-            XID_COUNTER_HELP,
+            XID_ERRORS_TOTAL,
             (
                 (f'{body},xid="{code}"', str(count))
                 for e, body in zip(entities, bodies, strict=True)
@@ -126,51 +114,29 @@ class Renderer:
     def _self_metrics(
         self, out: FamilyWriter, snap: NodeSnapshot, context: AttributionContext
     ) -> None:
-        gauge, counter = "gauge", "counter"
+        out.family(own.BUILD_INFO, [(label_body(BUILD_LABELS + self._host), "1")])
+        out.family(own.NVML_UP, [("", format_value(snap.nvml_up))])
         out.family(
-            f"{PREFIX}build_info",
-            gauge,
-            "Build information of kube-gpu-exporter, with the node it runs on; always 1. Join "
-            "the exporter's own series to a node with `and on (instance)` against this one.",
-            [(label_body(BUILD_LABELS + self._host), "1")],
-        )
-        out.family(
-            f"{PREFIX}nvml_up",
-            gauge,
-            "Whether NVML is initialised and answering (1) or not (0).",
-            [("", format_value(snap.nvml_up))],
-        )
-        out.family(
-            f"{PREFIX}collection_duration_seconds",
-            gauge,
-            "Duration of the last NVML sweep.",
+            own.COLLECTION_DURATION_SECONDS,
             [("", format_value(snap.sweep_duration_seconds))],
         )
         if snap.last_success_at is not None:
             out.family(
-                f"{PREFIX}last_collection_success_timestamp_seconds",
-                gauge,
-                "Unix time of the last sweep in which NVML answered.",
+                own.LAST_COLLECTION_SUCCESS_TIMESTAMP_SECONDS,
                 [("", format_value(snap.last_success_at))],
             )
         statuses = snap.collectors + context.collector_statuses()
         collectors = [(label_body((("collector", c.name),)), c) for c in statuses]
         out.family(
-            f"{PREFIX}collector_success",
-            gauge,
-            "Whether the collector's last run succeeded (1) or not (0).",
+            own.COLLECTOR_SUCCESS,
             [(body, format_value(c.success)) for body, c in collectors],
         )
         out.family(
-            f"{PREFIX}collector_duration_seconds",
-            gauge,
-            "Duration of the collector's last run.",
+            own.COLLECTOR_DURATION_SECONDS,
             [(body, format_value(c.duration_seconds)) for body, c in collectors],
         )
         out.family(
-            f"{PREFIX}nvml_errors_total",
-            counter,
-            "NVML calls that returned an error, by function and NVML error name.",
+            own.NVML_ERRORS_TOTAL,
             [
                 (label_body((("function", fn), ("error", err))), str(n))
                 for (fn, err), n in snap.nvml_errors
@@ -179,21 +145,12 @@ class Renderer:
 
         devices = [(g, label_body(device_labels(g.identity, self._labels))) for g in snap.gpus]
         out.family(
-            f"{PREFIX}device_up",
-            gauge,
-            "Whether the GPU answered NVML in the last sweep (1) or is lost or failing (0).",
+            own.DEVICE_UP,
             [(body, format_value(g.up and not g.stale)) for g, body in devices],
         )
+        out.family(own.DEVICE_STALE, [(body, format_value(g.stale)) for g, body in devices])
         out.family(
-            f"{PREFIX}device_stale",
-            gauge,
-            "Whether the GPU's values are from an earlier sweep because a call hung (1).",
-            [(body, format_value(g.stale)) for g, body in devices],
-        )
-        out.family(
-            f"{PREFIX}device_info",
-            gauge,
-            "Static GPU attributes; always 1.",
+            own.DEVICE_INFO,
             [
                 (
                     body
@@ -212,9 +169,7 @@ class Renderer:
             ],
         )
         out.family(
-            f"{PREFIX}mig_instance_info",
-            gauge,
-            "MIG instances and their identifiers; always 1.",
+            own.MIG_INSTANCE_INFO,
             [
                 (
                     body
@@ -235,9 +190,7 @@ class Renderer:
             ],
         )
         out.family(
-            f"{PREFIX}clock_event_active",
-            gauge,
-            "Whether a clock event (throttle) reason is active on the GPU (1) or not (0).",
+            own.CLOCK_EVENT_ACTIVE,
             [
                 (
                     f'{body},clock_event="{name}"',
@@ -257,35 +210,13 @@ class Renderer:
         connections: ConnectionCounts | None = None,
     ) -> str:
         out = FamilyWriter()
-        out.family(
-            f"{PREFIX}snapshot_age_seconds",
-            "gauge",
-            "Seconds since the served snapshot was collected.",
-            [("", format_value(round(age_seconds, 3)))],
-        )
-        out.family(
-            f"{PREFIX}snapshot_stale",
-            "gauge",
-            "Whether the served snapshot is older than the staleness bound (1) or not (0).",
-            [("", format_value(stale))],
-        )
-        out.family(
-            f"{PREFIX}render_duration_seconds",
-            "gauge",
-            "Time taken to render the served snapshot's exposition.",
-            [("", format_value(render_seconds))],
-        )
+        out.family(own.SNAPSHOT_AGE_SECONDS, [("", format_value(round(age_seconds, 3)))])
+        out.family(own.SNAPSHOT_STALE, [("", format_value(stale))])
+        out.family(own.RENDER_DURATION_SECONDS, [("", format_value(render_seconds))])
         if connections is not None:
+            out.family(own.HTTP_CONNECTIONS, [("", format_value(connections.open))])
             out.family(
-                f"{PREFIX}http_connections",
-                "gauge",
-                "HTTP connections open to the exporter.",
-                [("", format_value(connections.open))],
-            )
-            out.family(
-                f"{PREFIX}http_connections_evicted_total",
-                "counter",
-                "Idle HTTP connections closed because --web.max-connections were open.",
+                own.HTTP_CONNECTIONS_EVICTED_TOTAL,
                 [("", format_value(connections.evicted))],
             )
         return out.text()

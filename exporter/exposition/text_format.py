@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from exporter.exposition.metric_family import Declared
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 Labels = tuple[tuple[str, str], ...]
 
@@ -50,17 +52,18 @@ class FamilyWriter:
     def __init__(self) -> None:
         self._parts: list[str] = []
 
-    def family(
-        self, name: str, kind: str, help_text: str, samples: Iterable[tuple[str, str]]
-    ) -> None:
+    def family(self, family: Declared, samples: Iterable[tuple[str, str]]) -> None:
         """samples: (label body without braces, formatted value)."""
+        name = family.name
         lines = [
             f"{name}{{{body}}} {value}\n" if body else f"{name} {value}\n"
             for body, value in samples
         ]
         if not lines:
             return
-        self._parts.append(f"# HELP {name} {escape_help(help_text)}\n# TYPE {name} {kind}\n")
+        self._parts.append(
+            f"# HELP {name} {escape_help(family.help)}\n# TYPE {name} {family.kind}\n"
+        )
         self._parts.extend(lines)
 
     def text(self) -> str:

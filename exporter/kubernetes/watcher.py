@@ -117,9 +117,11 @@ class KubernetesWatcher(BackgroundThread):
     def _core(self) -> Any:
         import kubernetes
 
-        if self._api is None:
-            self._api = kubernetes.client.CoreV1Api(self._factory())
-        return self._api
+        # Both watch threads start here at once; one client (and one connection pool) for both.
+        with self._lock:
+            if self._api is None:
+                self._api = kubernetes.client.CoreV1Api(self._factory())
+            return self._api
 
     # ---- the retry loop shared by both watches ----
 

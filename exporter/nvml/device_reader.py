@@ -31,9 +31,9 @@ BATCHED_FIELDS: dict[int, str] = {
     pynvml.NVML_FI_DEV_REMAPPED_FAILURE: "remapped_rows_failure",
 }
 # Board power as nvmlDeviceGetPowerUsage reports it: the 1 s average on Ampere (GA100 excepted)
-# and newer, the instantaneous draw on the others (nvml-facts.md). The batch asks for both and
-# takes the average where the GPU has one; the getter stays the fallback for a driver that
-# knows neither field.
+# and newer, the instantaneous draw on the others (docs/nvml.md, 'Power fields'). The batch asks
+# for both and takes the average where the GPU has one; the getter stays the fallback for a
+# driver that knows neither field.
 POWER_AVERAGE = getattr(pynvml, "NVML_FI_DEV_POWER_AVERAGE", 185)
 POWER_INSTANT = getattr(pynvml, "NVML_FI_DEV_POWER_INSTANT", 186)
 _POWER_FIELDS: dict[int, str] = {POWER_AVERAGE: "_power_average", POWER_INSTANT: "_power_instant"}

@@ -14,15 +14,15 @@ import contextlib
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pynvml
 
-from exporter.background import PeriodicSampler
 from exporter.nvml.binding import GPU_GONE, PERMANENTLY_UNAVAILABLE, NVMLError, error_name
 from exporter.nvml.guarded_calls import GuardedNvml
-from exporter.snapshot import ProfilingReadings
+from exporter.nvml.helper import LiveGpu, PeriodicHelper
+from exporter.snapshot import GpuSnapshot, ProfilingReadings
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +45,8 @@ METRICS: tuple[tuple[int, str, float], ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class GpmTarget:
-    index: int
-    uuid: str
-    # None: a whole GPU. A tuple: the GPU-instance ids of a MIG-enabled GPU.
-    gpu_instance_ids: tuple[int, ...] | None = None
-
+# A GPU to sample: the whole board, or each of its MIG GPU instances.
+GpmTarget = LiveGpu
 
 # (GPU uuid, GPU-instance id or None for the whole GPU)
 EntityKey = tuple[str, int | None]
@@ -71,8 +66,9 @@ class _Round:
     ok: bool = True
 
 
-class GpmSampler(PeriodicSampler):
+class GpmSampler(PeriodicHelper):
     thread_name = "gpm-sampler"
+    collector = "gpm"
 
     def __init__(self, nvml: GuardedNvml, interval_seconds: float) -> None:
         super().__init__(interval_seconds)
@@ -96,6 +92,13 @@ class GpmSampler(PeriodicSampler):
             sorted((gi, r) for (u, gi), r in latest.items() if u == uuid and gi is not None)
         )
         return board, instances
+
+    def track(self, gpus: Sequence[LiveGpu]) -> None:
+        self.sample(gpus)
+
+    def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
+        board, instances = self.latest(gpu.identity.uuid)
+        return replace(gpu, profiling=board, instance_profiling=instances)
 
     @property
     def buffers_allocated(self) -> int:

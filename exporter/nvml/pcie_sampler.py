@@ -9,20 +9,23 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pynvml
 
-from exporter.background import PeriodicSampler
 from exporter.nvml.binding import GPU_GONE, NVMLError
 from exporter.nvml.guarded_calls import GuardedNvml
+from exporter.nvml.helper import LiveGpu, PeriodicHelper
+from exporter.snapshot import GpuSnapshot
 
 log = logging.getLogger(__name__)
 
 PcieReading = tuple[int | None, int | None]  # (tx KB/s, rx KB/s)
 
 
-class PcieSampler(PeriodicSampler):
+class PcieSampler(PeriodicHelper):
     thread_name = "pcie-sampler"
+    collector = "pcie"
 
     def __init__(self, nvml: GuardedNvml, interval_seconds: float) -> None:
         super().__init__(interval_seconds)
@@ -38,6 +41,16 @@ class PcieSampler(PeriodicSampler):
 
     def latest(self, uuid: str) -> PcieReading | None:
         return self._latest.get(uuid)
+
+    def track(self, gpus: Sequence[LiveGpu]) -> None:
+        self.sample([(gpu.index, gpu.uuid) for gpu in gpus])
+
+    def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
+        reading = self.latest(gpu.identity.uuid)
+        if reading is None or gpu.readings is None:
+            return gpu
+        tx, rx = reading
+        return replace(gpu, readings=replace(gpu.readings, pcie_tx_kbps=tx, pcie_rx_kbps=rx))
 
     def sample_once(self) -> None:
         with self._lock:

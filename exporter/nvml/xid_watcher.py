@@ -11,7 +11,8 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import ClassVar
 
 import pynvml
 
@@ -19,8 +20,9 @@ from exporter.background import BackgroundThread
 from exporter.backoff import Backoff
 from exporter.nvml.binding import NVMLError, error_name
 from exporter.nvml.error_tally import ErrorTally
+from exporter.nvml.helper import LiveGpu
 from exporter.nvml.xid_log import XidLog
-from exporter.snapshot import XidRecord
+from exporter.snapshot import CollectorStatus, GpuSnapshot, XidRecord
 
 log = logging.getLogger(__name__)
 
@@ -86,19 +88,27 @@ class XidBook:
 
 class XidWatcher(BackgroundThread):
     thread_name = "xid-watcher"
+    collector = "xid"
+    # The event wait blocks, so it cannot be run as one round on somebody else's thread.
+    needs_thread: ClassVar[bool] = True
 
     def __init__(
         self,
-        book: XidBook,
         tally: ErrorTally,
         on_mig_change: Callable[[str], None],
+        *,
+        book: XidBook | None = None,
         wait_ms: int = 1000,
+        reregister_delay_seconds: float = 1.0,
     ) -> None:
         super().__init__()
-        self._book = book
+        self._book = book if book is not None else XidBook()
         self._tally = tally
         self._on_mig_change = on_mig_change
         self._wait_ms = wait_ms
+        # How often registering is retried while there are no events to wait on (no GPUs yet, or
+        # the driver is being reloaded): short in tests that reload the driver many times.
+        self.reregister_delay_seconds = reregister_delay_seconds
         self._devices_lock = threading.Lock()
         self._devices: tuple[int, ...] = ()
         self._registered: tuple[int, ...] | None = None
@@ -111,6 +121,30 @@ class XidWatcher(BackgroundThread):
         with self._devices_lock:
             self._devices = tuple(sorted(indexes))
 
+    # As a poller helper
+
+    def track(self, gpus: Sequence[LiveGpu]) -> None:
+        self.watch([gpu.index for gpu in gpus])
+
+    def status(self) -> CollectorStatus:
+        # Events are not rounds: there is no duration to report.
+        return CollectorStatus(self.collector, self.healthy, 0.0)
+
+    def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
+        uuid = gpu.identity.uuid
+        board = self._book.gpu_record(uuid)
+        return replace(
+            gpu,
+            xid=gpu.xid if board is None else board,
+            instance_xids=self._book.instance_records(uuid),
+        )
+
+    def invalidate(self) -> None:
+        """The event set dies with the driver; the thread notices and re-registers by itself."""
+
+    def run_once(self) -> None:
+        """Nothing to do: events arrive on the watcher's own thread, which always runs."""
+
     def _run(self) -> None:
         backoff = Backoff(1.0, 30.0)
         while not self._stop.is_set():
@@ -119,7 +153,7 @@ class XidWatcher(BackgroundThread):
             if wanted != self._registered:
                 self._register(wanted)
             if self._event_set is None:
-                self._stop.wait(1.0)
+                self._stop.wait(self.reregister_delay_seconds)
                 continue
             try:
                 data = pynvml.nvmlEventSetWait_v2(self._event_set, self._wait_ms)
@@ -132,9 +166,9 @@ class XidWatcher(BackgroundThread):
                 self._tally.record("nvmlEventSetWait_v2", error_name(exc))
                 if isinstance(exc, pynvml.NVMLError_Uninitialized):
                     # The driver went away with our event set. The poller re-initialises NVML
-                    # on its own backoff; registering is retried every second until it is back,
-                    # so a reload does not leave XIDs unwatched for a growing backoff.
-                    delay = 1.0
+                    # on its own backoff; registering is retried at a fixed short delay until it
+                    # is back, so a reload does not leave XIDs unwatched for a growing backoff.
+                    delay = self.reregister_delay_seconds
                     log.info("XID event set gone with the driver; re-registering when it is back")
                 else:
                     delay = backoff.failed()

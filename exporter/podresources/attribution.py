@@ -81,6 +81,13 @@ def resolve_device(ref: DeviceRef, node: NodeSnapshot | _DeviceIndex) -> DeviceK
 
 
 def attribute(node: NodeSnapshot, pods: PodResourcesSnapshot | None) -> Attribution:
+    """Which containers hold each device of `node`, from the kubelet's allocations.
+
+    The device IDs a container got for one device are counted into one Holder, so a time-sliced
+    GPU lists each sharing container once with its replica count. Allocations naming a device
+    NVML does not show land in `unresolved` rather than being dropped. Holders come out sorted,
+    so the exposition is stable from one scrape to the next. No pod-resources data (None) means
+    no holders at all, not an error."""
     if pods is None:
         return EMPTY
     index = _DeviceIndex.of(node)

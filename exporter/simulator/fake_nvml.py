@@ -6,9 +6,9 @@ resolve here. Everything it returns or raises is a real nvidia-ml-py object: `c_
 `NVMLError_*` classes. Any `nvml*` function not modelled here raises NOT_SUPPORTED, so the real
 library is never loaded.
 
-Fidelity notes (../shared/reference/nvml-facts.md): NOT_SUPPORTED matrix for MIG parents, MIG
-device handles and older boards; FunctionNotFound by driver version; GI ids by placement; MIG names
-"<parent> MIG <profile>"; units mW, mJ, bytes, MHz, KB/s.
+Fidelity notes (docs/nvml.md, from 'NOT_SUPPORTED matrix' on): NOT_SUPPORTED matrix for MIG
+parents, MIG device handles and older boards; FunctionNotFound by driver version; GI ids by
+placement; MIG names "<parent> MIG <profile>"; units mW, mJ, bytes, MHz, KB/s.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Reference GPU models the simulator can be: real NVML names, PCI ids, memory sizes, TDPs, MIG
-profile tables. Facts from ../shared/reference/nvml-facts.md sections 14 and 15."""
+profile tables. Facts from docs/nvml.md, 'Device table' and 'MIG profiles'."""
 
 from __future__ import annotations
 

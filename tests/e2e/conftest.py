@@ -8,14 +8,18 @@ every second, every alert `for` 5s and look-back window 15s, Alertmanager groupi
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import datetime
 
 import pytest
 
 from bundle.config import DEFAULT
 from bundle.localstack.configs import FAST, quick_alerts
+from bundle.localstack.prometheus_api import PrometheusAPI
 from bundle.localstack.stack import LocalStack
+from dashboards.grafana_queries import seconds
 from tests.e2e.ksm_fake import FakeKubeStateMetrics
 
 KSM_JOB = "kube-state-metrics"
@@ -53,3 +57,30 @@ def wait_until(check, timeout: float, what: str, interval: float = 0.5):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(interval)
+
+
+def evaluated_at(group: dict) -> float:
+    """A rule group's lastEvaluation (RFC 3339, nanoseconds) as Unix time; 0 before the first."""
+    stamp = re.fullmatch(r"(.{19})(\.\d+)?(Z|[+-]\d\d:\d\d)", group.get("lastEvaluation", ""))
+    if stamp is None or stamp[1].startswith("0001-"):
+        return 0.0
+    whole = datetime.fromisoformat(stamp[1] + stamp[3])
+    return whole.timestamp() + float(stamp[2] or 0)
+
+
+def wait_for_rule_evaluations(
+    api: PrometheusAPI, which: Callable[[dict], bool], timeout: float = 30.0
+) -> None:
+    """Until every rule group `which` selects has evaluated since this call: what those groups
+    report from then on reflects the data stored before it."""
+    since = time.time()
+    wait_until(
+        lambda: all(evaluated_at(group) > since for group in api.rule_groups() if which(group)),
+        timeout,
+        "an evaluation of every rule group",
+    )
+
+
+def at_evaluation_interval(group: dict) -> bool:
+    """Every group but those with a slower interval of their own (the history windows)."""
+    return group["interval"] <= seconds(FAST.evaluation_interval)

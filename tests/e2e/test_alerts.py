@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from bundle.localstack.webhook import Alert
-from tests.e2e.conftest import wait_until
+from tests.e2e.conftest import at_evaluation_interval, wait_for_rule_evaluations, wait_until
 
 FIRE_TIMEOUT = 60.0
 RESOLVE_TIMEOUT = 60.0
@@ -76,6 +76,8 @@ def test_a_healthy_node_raises_no_alert(stack):
         60,
         "15 s of scrapes",
     )
+    # Alerts come from rule evaluations, which run on their own schedule: one over that data.
+    wait_for_rule_evaluations(stack.api, at_evaluation_interval)
     # Pending ones count too: nothing on a healthy node may even start toward an alert.
     seen = [a["metric"] for a in stack.api.query("last_over_time(ALERTS[15s])")]
     assert seen == []

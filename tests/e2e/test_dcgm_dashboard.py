@@ -9,7 +9,7 @@ import pytest
 from dashboards.grafana_queries import resolve_variables, substitute
 from tests.e2e.conftest import wait_until
 
-# From ../shared/reference/dcgm-compat.md section 7 (panel id: title, query).
+# From docs/dcgm-exporter-compatibility.md, 'Dashboard 12239' (title: query).
 SEL = '{instance=~"$instance", gpu=~"$gpu"}'
 DASHBOARD_12239 = {
     "templating": {

@@ -1,0 +1,264 @@
+"""The exporter's own metric families, beside the DCGM_* ones: one table of names, types, HELP
+and label names that every writer takes its headers from. Checked at import, so a clash or a
+malformed declaration fails the first test that renders anything, not a user's scrape."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+from exporter.exposition.dcgm_families import (
+    FAMILIES,
+    PROFILING_FAMILIES,
+    XID_ERRORS,
+    XID_ERRORS_TOTAL,
+)
+from exporter.exposition.metric_family import HOST, LABEL_PREFIXED, Declared, MetricFamily
+
+PREFIX = "kube_gpu_exporter_"
+GAUGE, COUNTER = "gauge", "counter"
+
+_TABLE: list[MetricFamily] = []
+
+
+def _own(name: str, kind: str, help_text: str, labels: tuple[str, ...] = ()) -> MetricFamily:
+    family = MetricFamily(PREFIX + name, kind, help_text, labels)
+    _TABLE.append(family)
+    return family
+
+
+DEVICE = ("gpu", "UUID", "pci_bus_id", "device", HOST)
+
+# NVML and the poller: rendered once per snapshot.
+BUILD_INFO = _own(
+    "build_info",
+    GAUGE,
+    "Build information of kube-gpu-exporter, with the node it runs on; always 1. Join "
+    "the exporter's own series to a node with `and on (instance)` against this one.",
+    ("version", "python_version", "nvml_binding_version", HOST),
+)
+NVML_UP = _own("nvml_up", GAUGE, "Whether NVML is initialised and answering (1) or not (0).")
+COLLECTION_DURATION_SECONDS = _own(
+    "collection_duration_seconds", GAUGE, "Duration of the last NVML sweep."
+)
+LAST_COLLECTION_SUCCESS_TIMESTAMP_SECONDS = _own(
+    "last_collection_success_timestamp_seconds",
+    GAUGE,
+    "Unix time of the last sweep in which NVML answered.",
+)
+COLLECTOR_SUCCESS = _own(
+    "collector_success",
+    GAUGE,
+    "Whether the collector's last run succeeded (1) or not (0).",
+    ("collector",),
+)
+COLLECTOR_DURATION_SECONDS = _own(
+    "collector_duration_seconds", GAUGE, "Duration of the collector's last run.", ("collector",)
+)
+NVML_ERRORS_TOTAL = _own(
+    "nvml_errors_total",
+    COUNTER,
+    "NVML calls that returned an error, by function and NVML error name.",
+    ("function", "error"),
+)
+DEVICE_UP = _own(
+    "device_up",
+    GAUGE,
+    "Whether the GPU answered NVML in the last sweep (1) or is lost or failing (0).",
+    DEVICE,
+)
+DEVICE_STALE = _own(
+    "device_stale",
+    GAUGE,
+    "Whether the GPU's values are from an earlier sweep because a call hung (1).",
+    DEVICE,
+)
+DEVICE_INFO = _own(
+    "device_info",
+    GAUGE,
+    "Static GPU attributes; always 1.",
+    (*DEVICE, "model_name", "driver_version", "mig_mode"),
+)
+MIG_INSTANCE_INFO = _own(
+    "mig_instance_info",
+    GAUGE,
+    "MIG instances and their identifiers; always 1.",
+    (*DEVICE, "GPU_I_ID", "GPU_I_PROFILE", "compute_instance_id", "mig_uuid"),
+)
+CLOCK_EVENT_ACTIVE = _own(
+    "clock_event_active",
+    GAUGE,
+    "Whether a clock event (throttle) reason is active on the GPU (1) or not (0).",
+    (*DEVICE, "clock_event"),
+)
+
+# Capacity, from NVML and the kubelet.
+NODE_PHYSICAL_GPUS = _own(
+    "node_physical_gpus", GAUGE, "GPUs NVML sees on this node, healthy or not.", (HOST,)
+)
+NODE_MIG_INSTANCES = _own(
+    "node_mig_instances",
+    GAUGE,
+    "MIG instances on this node by profile, from NVML.",
+    (HOST, "profile"),
+)
+DEVICE_ALLOCATABLE_UNITS = _own(
+    "device_allocatable_units",
+    GAUGE,
+    "Device IDs the kubelet can allocate that this GPU backs: 1 for a whole GPU, one per "
+    "time-slicing replica or MIG instance; 0 when the device plugin does not offer the "
+    "GPU (unhealthy, or no resource for its MIG layout).",
+    DEVICE,
+)
+NODE_ALLOCATABLE_DEVICES = _own(
+    "node_allocatable_devices",
+    GAUGE,
+    "Devices the kubelet can allocate per resource: healthy devices only, each "
+    "time-slicing replica or memory unit counted once.",
+    (HOST, "resource"),
+)
+NODE_ALLOCATED_DEVICES = _own(
+    "node_allocated_devices",
+    GAUGE,
+    "Devices held by active pods per resource, from the kubelet pod-resources API.",
+    (HOST, "resource"),
+)
+
+# Pod attribution, from the kubelet and (with --kubernetes) the API server.
+POD_DEVICE_ALLOCATION = _own(
+    "pod_device_allocation",
+    GAUGE,
+    "Devices (or time-slicing/MPS replicas of a device) held by a container, per device, "
+    "from the kubelet pod-resources API. Join on UUID and GPU_I_ID to attribute usage.",
+    (
+        "gpu",
+        "UUID",
+        "GPU_I_PROFILE",
+        "GPU_I_ID",
+        HOST,
+        "namespace",
+        "pod",
+        "container",
+        "resource",
+        "device_id",
+        "pod_uid",
+        "owner_kind",
+        "owner_name",
+        LABEL_PREFIXED,
+    ),
+)
+
+# Health of the pod-resources and Kubernetes sources.
+PODRESOURCES_UP = _own(
+    "podresources_up",
+    GAUGE,
+    "Whether the last call to the kubelet pod-resources API succeeded (1) or not (0).",
+)
+PODRESOURCES_LAST_SUCCESS_TIMESTAMP_SECONDS = _own(
+    "podresources_last_success_timestamp_seconds",
+    GAUGE,
+    "Unix time of the last successful pod-resources refresh.",
+)
+PODRESOURCES_ERRORS_TOTAL = _own(
+    "podresources_errors_total",
+    COUNTER,
+    "Failed pod-resources calls by gRPC status code.",
+    ("code",),
+)
+KUBERNETES_WATCH_UP = _own(
+    "kubernetes_watch_up",
+    GAUGE,
+    "Whether the watch of this node's pods or of the node object is synced (1) or not (0).",
+    ("resource",),
+)
+KUBERNETES_LAST_UPDATE_TIMESTAMP_SECONDS = _own(
+    "kubernetes_last_update_timestamp_seconds",
+    GAUGE,
+    "Unix time of the last list, event or bookmark received per watched resource.",
+    ("resource",),
+)
+KUBERNETES_WATCH_ERRORS_TOTAL = _own(
+    "kubernetes_watch_errors_total", COUNTER, "Errors of the Kubernetes API watches."
+)
+KUBERNETES_RELISTS_TOTAL = _own(
+    "kubernetes_relists_total", COUNTER, "Relists after the API server answered 410 Gone."
+)
+POD_LABELS_DROPPED_TOTAL = _own(
+    "pod_labels_dropped_total",
+    COUNTER,
+    "Pod label keys left out because a pod exceeded the per-pod label cap.",
+)
+NODE_INFO = _own(
+    "node_info",
+    GAUGE,
+    "This node's GPU labels from gpu-feature-discovery and the MIG manager; always 1.",
+    (HOST, LABEL_PREFIXED),
+)
+
+# The per-scrape tail: what depends on the moment of the request.
+SNAPSHOT_AGE_SECONDS = _own(
+    "snapshot_age_seconds", GAUGE, "Seconds since the served snapshot was collected."
+)
+SNAPSHOT_STALE = _own(
+    "snapshot_stale",
+    GAUGE,
+    "Whether the served snapshot is older than the staleness bound (1) or not (0).",
+)
+RENDER_DURATION_SECONDS = _own(
+    "render_duration_seconds",
+    GAUGE,
+    "Time taken to render the served snapshot's exposition.",
+)
+HTTP_CONNECTIONS = _own("http_connections", GAUGE, "HTTP connections open to the exporter.")
+HTTP_CONNECTIONS_EVICTED_TOTAL = _own(
+    "http_connections_evicted_total",
+    COUNTER,
+    "Idle HTTP connections closed because --web.max-connections were open.",
+)
+
+OWN_FAMILIES: tuple[MetricFamily, ...] = tuple(_TABLE)
+ALL_FAMILIES: tuple[Declared, ...] = (
+    *FAMILIES,
+    *PROFILING_FAMILIES,
+    XID_ERRORS,
+    XID_ERRORS_TOTAL,
+    *OWN_FAMILIES,
+)
+
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def declaration_problems(families: Iterable[Declared], own: Iterable[MetricFamily]) -> list[str]:
+    """What is wrong with a set of declarations; empty when nothing is."""
+    families = list(families)
+    problems = [
+        f"{name} is declared {n} times"
+        for name, n in Counter(f.name for f in families).items()
+        if n > 1
+    ]
+    problems += [
+        f"{f.name!r} is not a metric name" for f in families if not _METRIC_NAME.fullmatch(f.name)
+    ]
+    problems += [
+        f"{f.name} has type {f.kind!r}" for f in families if f.kind not in (GAUGE, COUNTER)
+    ]
+    for family in own:
+        if not family.name.startswith(PREFIX):
+            problems.append(f"{family.name} lacks the {PREFIX} prefix")
+        # promtool's lint; the DCGM names cannot follow it, ours can.
+        if family.kind == COUNTER and not family.name.endswith("_total"):
+            problems.append(f"counter {family.name} does not end in _total")
+        names = [n for n in family.labels if n not in (HOST, LABEL_PREFIXED)]
+        problems += [
+            f"{family.name}: bad label name {n!r}" for n in names if not _LABEL_NAME.fullmatch(n)
+        ]
+        if len(set(family.labels)) != len(family.labels):
+            problems.append(f"{family.name} declares a label twice")
+    return problems
+
+
+_problems = declaration_problems(ALL_FAMILIES, OWN_FAMILIES)
+if _problems:
+    raise ValueError("metric family declarations: " + "; ".join(_problems))

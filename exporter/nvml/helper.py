@@ -1,0 +1,86 @@
+"""The contract between the poller and its helpers: collectors that do their NVML work off the
+sweep (a blocking event wait, a slow sampling window, buffers kept between rounds) and hand their
+latest results to each sweep.
+
+The poller knows helpers only through `PollerHelper`; which helpers exist, and in what order, is
+decided in one place, `exporter.nvml.helper_registry.build_helpers`. Every helper thread is a
+`BackgroundThread` and every helper's health reaches the snapshot only through `status()`, so
+supervising them (restarting a thread that died, reporting failure meanwhile) is a change to
+that base class and to the poller's single status loop, not to each helper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Protocol, runtime_checkable
+
+from exporter.background import PeriodicSampler
+from exporter.snapshot import CollectorStatus, GpuSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class LiveGpu:
+    """A GPU that answered this sweep, as a helper needs to address it."""
+
+    index: int
+    uuid: str
+    # None: a whole GPU. A tuple: the GPU-instance ids of a MIG-enabled GPU.
+    gpu_instance_ids: tuple[int, ...] | None = None
+
+    @classmethod
+    def of(cls, gpu: GpuSnapshot) -> LiveGpu:
+        identity = gpu.identity
+        instances = (
+            tuple(m.gpu_instance_id for m in gpu.mig_instances) if identity.mig_enabled else None
+        )
+        return cls(identity.index, identity.uuid, instances)
+
+
+@runtime_checkable
+class PollerHelper(Protocol):
+    # The `collector` label of exporter_collector_success and friends.
+    collector: str
+    # True for a helper whose work is a blocking wait (XID events): it cannot be run as one round
+    # on the caller's thread, so it keeps its own thread even when the poller has none for helpers.
+    needs_thread: ClassVar[bool]
+
+    def start(self) -> None:
+        """Start the helper's thread. Called after every successful nvmlInit; idempotent."""
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread, waiting at most `timeout` seconds, and release what NVML gave it."""
+
+    def status(self) -> CollectorStatus:
+        """Whether the last round succeeded and how long it took."""
+        ...
+
+    def track(self, gpus: Sequence[LiveGpu]) -> None:
+        """The GPUs that answered the latest sweep; the helper works on these from now on."""
+
+    def invalidate(self) -> None:
+        """NVML was shut down under the helper (driver unloaded or reloaded): every handle and
+        buffer it holds is gone with the library and must be dropped, not freed."""
+
+    def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
+        """`gpu` with this helper's latest data for it filled in. Runs on the sweep's workers."""
+        ...
+
+    def run_once(self) -> None:
+        """One round now, on the caller's thread, for callers that step time themselves."""
+
+
+class PeriodicHelper(PeriodicSampler):
+    """A helper that samples every interval; `run_once` is one sampling round."""
+
+    collector: str = ""
+    needs_thread: ClassVar[bool] = False
+
+    def status(self) -> CollectorStatus:
+        return CollectorStatus(self.collector, self.last_success, self.last_duration_seconds)
+
+    def invalidate(self) -> None:
+        """Nothing held across rounds by default."""
+
+    def run_once(self) -> None:
+        self.sample_once()

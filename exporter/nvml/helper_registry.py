@@ -1,0 +1,36 @@
+"""Which helpers the poller drives, in the order their collectors appear after "nvml"."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from exporter.config import CollectionConfig
+from exporter.nvml.error_tally import ErrorTally
+from exporter.nvml.gpm_sampler import GpmSampler
+from exporter.nvml.guarded_calls import GuardedNvml
+from exporter.nvml.helper import PollerHelper
+from exporter.nvml.pcie_sampler import PcieSampler
+from exporter.nvml.xid_watcher import XidWatcher
+
+
+def build_helpers(
+    config: CollectionConfig,
+    nvml: GuardedNvml,
+    tally: ErrorTally,
+    on_mig_change: Callable[[str], None],
+) -> tuple[PollerHelper, ...]:
+    """One line per helper: a new helper is its module plus a line here. The order is the order
+    of the snapshot's `collectors`, which users see in the exposition."""
+    helpers: list[PollerHelper | None] = [
+        XidWatcher(
+            tally,
+            on_mig_change,
+            wait_ms=config.xid_event_wait_ms,
+            reregister_delay_seconds=config.xid_reregister_delay_seconds,
+        )
+        if config.xid_enabled
+        else None,
+        PcieSampler(nvml, config.pcie_interval_seconds) if config.pcie_enabled else None,
+        GpmSampler(nvml, config.interval_seconds) if config.gpm_enabled else None,
+    ]
+    return tuple(helper for helper in helpers if helper is not None)

@@ -1,0 +1,212 @@
+"""The poller drives its helpers only through the PollerHelper protocol: a helper registered into
+a Poller is started once NVML is up, told the live GPUs, merged into every snapshot, reported in
+`collectors`, invalidated when the driver goes and stopped with the poller."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from typing import ClassVar
+
+import pynvml
+import pytest
+
+from exporter.config import CollectionConfig
+from exporter.nvml.binding import NVMLError
+from exporter.nvml.error_tally import ErrorTally
+from exporter.nvml.guarded_calls import GuardedNvml
+from exporter.nvml.helper import LiveGpu, PollerHelper
+from exporter.nvml.helper_registry import build_helpers
+from exporter.nvml.xid_watcher import XidWatcher
+from exporter.poller import Poller
+from exporter.simulator.fake_nvml import FakeNvml
+from exporter.snapshot import CollectorStatus, GpuSnapshot, ProfilingReadings
+from tests.conftest import FAST
+
+# GPM off: the toy helper fills the profiling fields, and nothing else should.
+CONFIG = replace(FAST, gpm_enabled=False)
+
+
+class ToyHelper:
+    """Records every call the poller makes; its merged data is derived from the GPU's index."""
+
+    collector = "toy"
+    needs_thread: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.nvml_up_at_start: list[bool] = []
+        self.tracked: tuple[LiveGpu, ...] = ()
+        self.stop_timeout: float | None = None
+        self.rounds = 0
+
+    def start(self) -> None:
+        self.calls.append("start")
+        try:
+            pynvml.nvmlDeviceGetCount()
+        except NVMLError:
+            self.nvml_up_at_start.append(False)
+        else:
+            self.nvml_up_at_start.append(True)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.calls.append("stop")
+        self.stop_timeout = timeout
+
+    def status(self) -> CollectorStatus:
+        return CollectorStatus(self.collector, self.rounds % 2 == 0, 0.25 + self.rounds)
+
+    def track(self, gpus: Sequence[LiveGpu]) -> None:
+        self.tracked = tuple(gpus)
+
+    def invalidate(self) -> None:
+        self.calls.append("invalidate")
+
+    def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
+        return replace(gpu, profiling=ProfilingReadings(sm_active=gpu.identity.index / 10))
+
+    def run_once(self) -> None:
+        self.rounds += 1
+
+
+class ThreadedToyHelper(ToyHelper):
+    collector = "threaded-toy"
+    needs_thread: ClassVar[bool] = True
+
+
+@pytest.fixture
+def toy() -> ToyHelper:
+    return ToyHelper()
+
+
+@pytest.fixture
+def poller(sim: FakeNvml, toy: ToyHelper) -> Iterator[Poller]:
+    poller = Poller(CONFIG, lambda s: None, workers=8, extra_helpers=(toy,))
+    yield poller
+    poller.stop(timeout=2.0)
+
+
+def test_the_registry_builds_the_enabled_helpers_in_collector_order() -> None:
+    tally = ErrorTally()
+    nvml = GuardedNvml(tally)
+
+    def names(config: CollectionConfig) -> list[str]:
+        helpers = build_helpers(config, nvml, tally, lambda uuid: None)
+        assert all(isinstance(helper, PollerHelper) for helper in helpers)
+        return [helper.collector for helper in helpers]
+
+    assert names(CollectionConfig()) == ["xid", "pcie", "gpm"]
+    assert names(CollectionConfig(xid_enabled=False)) == ["pcie", "gpm"]
+    assert names(CollectionConfig(pcie_enabled=False)) == ["xid", "gpm"]
+    assert names(CollectionConfig(gpm_enabled=False)) == ["xid", "pcie"]
+
+
+def test_the_xid_re_register_delay_comes_from_the_config() -> None:
+    tally = ErrorTally()
+    config = CollectionConfig(xid_reregister_delay_seconds=0.125)
+    (watcher, *_) = build_helpers(config, GuardedNvml(tally), tally, lambda uuid: None)
+    assert isinstance(watcher, XidWatcher)
+    assert watcher.reregister_delay_seconds == 0.125
+    assert CollectionConfig().xid_reregister_delay_seconds == 1.0
+
+
+def test_a_helper_starts_only_after_nvml_init(sim: FakeNvml, poller: Poller, toy: ToyHelper):
+    sim.unload_driver()
+    assert not poller.sweep().nvml_up
+    assert toy.calls == []
+    sim.load_driver()
+    poller.retry_init_now()
+    assert poller.sweep().nvml_up
+    assert toy.calls == ["start"]
+    assert toy.nvml_up_at_start == [True]
+
+
+def test_a_helper_is_told_the_live_gpus_and_their_mig_instances(
+    sim: FakeNvml, poller: Poller, toy: ToyHelper
+):
+    poller.sweep()
+    expected = {
+        g.index: (
+            g.uuid,
+            tuple(sorted(m.gpu_instance_id for m in g.live_instances())) if g.mig_enabled else None,
+        )
+        for g in sim.gpus
+    }
+    assert any(ids for _, ids in expected.values()), "the default fleet should have MIG GPUs"
+    assert {
+        g.index: (g.uuid, None if g.gpu_instance_ids is None else tuple(sorted(g.gpu_instance_ids)))
+        for g in toy.tracked
+    } == expected
+
+    sim.lose_gpu(3)
+    poller.sweep()
+    assert sorted(g.index for g in toy.tracked) == sorted(set(expected) - {3})
+
+
+def test_a_helper_is_merged_into_up_gpus_and_reported_in_collectors(
+    sim: FakeNvml, poller: Poller, toy: ToyHelper
+):
+    sim.lose_gpu(2)
+    toy.run_once()  # an odd round: the toy reports failure, and a duration of its own
+    snapshot = poller.sweep()
+    for gpu in snapshot.gpus:
+        expected = ProfilingReadings(sm_active=gpu.identity.index / 10) if gpu.up else None
+        assert gpu.profiling == expected, gpu.identity.index
+    assert not snapshot.gpus[2].up
+    assert [c.name for c in snapshot.collectors] == ["nvml", "xid", "toy"]
+    assert snapshot.collectors[-1] == CollectorStatus("toy", False, 1.25)
+
+
+def test_a_driver_reload_invalidates_a_helper_and_starts_it_again(
+    sim: FakeNvml, poller: Poller, toy: ToyHelper
+):
+    poller.sweep()
+    sim.unload_driver()
+    assert not poller.sweep().nvml_up
+    assert toy.calls == ["start", "invalidate"]
+    sim.load_driver()
+    poller.retry_init_now()
+    assert poller.sweep().nvml_up
+    assert toy.calls == ["start", "invalidate", "start"]
+    assert len(toy.tracked) == len(sim.gpus)
+
+
+def test_stopping_the_poller_stops_its_helpers(sim: FakeNvml, toy: ToyHelper):
+    poller = Poller(CONFIG, lambda s: None, workers=8, extra_helpers=(toy,))
+    poller.sweep()
+    poller.stop(timeout=1.5)
+    assert toy.calls[-1] == "stop"
+    assert toy.stop_timeout == 1.5
+
+
+def test_threadless_pollers_run_helper_rounds_on_the_callers_thread(sim: FakeNvml):
+    rounds, threaded = ToyHelper(), ThreadedToyHelper()
+    before = set(threading.enumerate())
+    poller = Poller(
+        replace(CONFIG, pcie_enabled=True),
+        lambda s: None,
+        workers=8,
+        helper_threads=False,
+        extra_helpers=(rounds, threaded),
+    )
+    try:
+        snapshot = poller.sweep()
+        assert [c.name for c in snapshot.collectors] == [
+            "nvml",
+            "xid",
+            "pcie",
+            "toy",
+            "threaded-toy",
+        ]
+        # Only helpers that block on events get started; the rest wait for run_helpers_once.
+        assert rounds.calls == [] and threaded.calls == ["start"]
+        started = {t.name for t in set(threading.enumerate()) - before}
+        assert "xid-watcher" in started and "pcie-sampler" not in started
+        assert snapshot.gpus[0].readings.pcie_tx_kbps is None
+        poller.run_helpers_once()
+        poller.run_helpers_once()
+        assert rounds.rounds == 2
+        assert poller.sweep().gpus[0].readings.pcie_tx_kbps is not None
+    finally:
+        poller.stop(timeout=2.0)
