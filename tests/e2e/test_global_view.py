@@ -70,25 +70,50 @@ def _by_cluster(series: list[dict]) -> dict[str, float]:
 
 def test_recorded_series_keep_their_cluster_and_same_named_nodes_stay_apart(view):
     gpus = len(view.clusters[0].simulator.gpus())
-    per_node = view.api.query(r.PHYSICAL)
+    per_node = wait_until(
+        lambda: found if len(found := view.api.query(r.PHYSICAL)) >= len(CLUSTERS) else None,
+        30,
+        "both clusters' per-node GPU counts",
+    )
     assert {(s["metric"]["cluster"], s["metric"]["node"]) for s in per_node} == {
         (c, view.node_name) for c in CLUSTERS
     }
     assert {float(s["value"][1]) for s in per_node} == {gpus}
     # Summed per cluster, not across the two same-named nodes.
+    # vmalert evaluates each cluster's rules on its own schedule: wait until both have a total,
+    # not until the first one does.
     totals = wait_until(
-        lambda: _by_cluster(view.api.query(r.cluster_total(r.PHYSICAL))),
+        lambda: (
+            found
+            if set(found := _by_cluster(view.api.query(r.cluster_total(r.PHYSICAL))))
+            == set(CLUSTERS)
+            else None
+        ),
         30,
-        "the cluster totals, which read the node rules",
+        "both clusters' totals, which read the node rules",
     )
     assert totals == {c: gpus for c in CLUSTERS}
-    # vmalert's recorded namespace counts match the raw allocations of each cluster.
-    allocated = _by_cluster(view.api.query(f"sum by (cluster) ({r.NS_ALLOCATED})"))
-    raw = _by_cluster(
-        view.api.query(
-            "count by (cluster) (max by (cluster, Hostname, UUID, GPU_I_ID, namespace, resource) "
-            "(kube_gpu_exporter_pod_device_allocation))"
+
+    # vmalert's recorded namespace counts match the raw allocations of each cluster, once the
+    # recording has caught up with what was scraped.
+    def allocated_and_raw() -> tuple[dict[str, float], dict[str, float]]:
+        allocated = _by_cluster(view.api.query(f"sum by (cluster) ({r.NS_ALLOCATED})"))
+        raw = _by_cluster(
+            view.api.query(
+                "count by (cluster) (max by (cluster, Hostname, UUID, GPU_I_ID, namespace, "
+                "resource) (kube_gpu_exporter_pod_device_allocation))"
+            )
         )
+        return allocated, raw
+
+    allocated, raw = wait_until(
+        lambda: (
+            pair
+            if (pair := allocated_and_raw())[0] == pair[1] and set(pair[0]) == set(CLUSTERS)
+            else None
+        ),
+        30,
+        "recorded namespace allocations of both clusters equal to the raw ones",
     )
     assert allocated == raw and allocated["east"] > 0
     recorded = view.api.query('count by (__name__) ({__name__=~".+:.+"})')
