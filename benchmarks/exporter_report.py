@@ -46,9 +46,14 @@ def cost_table(results: Sequence[FleetResult]) -> list[str]:
                 f"{'-' if calls is None else f'{calls:g}'} | "
                 f"{m.cpu_seconds_per_hour:,.1f} | {m.steady_rss_bytes / MB:.1f} | "
                 f"{m.peak_rss_bytes / MB:.1f} | {m.threads} | "
-                f"{'failed' if scrape is None else f'{scrape * 1000:.1f}'} |"
+                f"{_scrape_cell(scrape, m.prometheus_scrape_failures)} |"
             )
     return lines
+
+
+def _scrape_cell(seconds: float | None, failures: int) -> str:
+    figure = "all failed" if seconds is None else f"{seconds * 1000:.1f}"
+    return f"{figure} ({failures} failed)" if failures and seconds is not None else figure
 
 
 def _row(measured: Measured, clients: int, use_gzip: bool) -> LatencyRow | None:

@@ -78,7 +78,11 @@ class Measured:
     steady_rss_bytes: int
     peak_rss_bytes: int
     threads: int
-    prometheus_scrape_seconds: float | None  # scrape_duration_seconds seen by the real Prometheus
+    # scrape_duration_seconds seen by the real Prometheus, over its successful scrapes; None if
+    # none succeeded. Failures (past scrape_timeout, e.g. behind the latency runs' load) are
+    # counted apart so one slow scrape does not hide the figure.
+    prometheus_scrape_seconds: float | None
+    prometheus_scrape_failures: int
     latency: list[LatencyRow] = field(default_factory=list)
 
 
@@ -162,16 +166,21 @@ class _Prometheus:
     def __exit__(self, *exc: object) -> None:
         self.child.stop()
 
-    def scrape_seconds(self) -> float | None:
-        """Mean scrape duration over the run, or None if any scrape failed."""
+    def scrape_seconds(self) -> tuple[float | None, int]:
+        """Mean duration of the run's successful scrapes (None if none), and how many failed."""
         from bundle.localstack.prometheus_api import PrometheusAPI
 
         api = PrometheusAPI(f"http://127.0.0.1:{self.port}")
-        up = api.query('min_over_time(up{job="bench"}[1h])')
-        if not up or float(up[0]["value"][1]) != 1:
-            return None
-        mean = api.query('avg_over_time(scrape_duration_seconds{job="bench"}[1h])')
-        return float(mean[0]["value"][1]) if mean else None
+
+        def raw(metric: str) -> dict[float, float]:
+            # A range selector returns the stored samples themselves, one per scrape.
+            series = api.query(f'{metric}{{job="bench"}}[1h]')
+            return {float(t): float(v) for t, v in series[0]["values"]} if series else {}
+
+        up, durations = raw("up"), raw("scrape_duration_seconds")
+        ok = [durations[t] for t, value in up.items() if value == 1 and t in durations]
+        failures = sum(1 for value in up.values() if value != 1)
+        return (statistics.fmean(ok) if ok else None), failures
 
 
 def quiet_window(pid: int, start: ProcSample, seconds: float) -> tuple[list[ProcSample], float]:
@@ -221,7 +230,7 @@ def measure_participant(
             series, body_bytes, gzip_bytes = exposition(port)
             latency = scrape_latency(port, settings)
             final = proc_sample(process.pid)
-            scrape_seconds = prometheus.scrape_seconds()
+            scrape_seconds, scrape_failures = prometheus.scrape_seconds()
     finally:
         stop(process)
         log.close()
@@ -235,6 +244,7 @@ def measure_participant(
         peak_rss_bytes=final.peak_rss_bytes,
         threads=end.threads,
         prometheus_scrape_seconds=scrape_seconds,
+        prometheus_scrape_failures=scrape_failures,
         latency=latency,
     )
 

@@ -38,7 +38,10 @@ def test_every_exporter_is_measured_the_same_way(measured):
         assert m.body_bytes > 1000 and m.gzip_bytes is not None and m.gzip_bytes < m.body_bytes
         assert m.cpu_seconds_per_hour > 0, name
         assert 15e6 < m.steady_rss_bytes <= m.peak_rss_bytes < 500e6, name
-        assert m.prometheus_scrape_seconds is not None, f"{name}: a Prometheus scrape failed"
+        # Scrapes during the latency runs may pass the 1 s timeout on a loaded machine; at least
+        # the quiet ones must have succeeded, and failures are counted, not hidden.
+        assert m.prometheus_scrape_seconds is not None, f"{name}: every Prometheus scrape failed"
+        assert 0 < m.prometheus_scrape_seconds < 1.0, name
         assert [(r.clients, r.gzip) for r in m.latency] == [
             (1, False),
             (4, False),
