@@ -12,8 +12,10 @@ import contextlib
 import functools
 import logging
 import re
+import signal
 import tempfile
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +31,7 @@ from exporter.nvml.binding import check_binding
 from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
 from exporter.poller import Poller
 from exporter.server import build_app, serve
+from exporter.webconfig.reload import WebConfigReloader
 
 if TYPE_CHECKING:
     from exporter.kubernetes.watcher import KubernetesWatcher
@@ -133,6 +136,51 @@ def with_node_name(config: Config, default_node_name: str) -> Config:
     return replace(config, labels=replace(config.labels, node_name=default_node_name))
 
 
+def thread_problem(*threads: Poller | PodResourcesWatcher | KubernetesWatcher) -> str | None:
+    """Why a supervised thread (the poller, its helpers, the attribution sources) can no longer
+    refresh its data, for /healthz; None while every one of them runs or is restarting."""
+    return next((why for thread in threads if (why := thread.problem()) is not None), None)
+
+
+# Each would end the process at once by default, skipping every cleanup (the simulator's socket
+# directory stays behind). SIGHUP re-reads --web.config.file, as exporter-toolkit users expect;
+# the other two are ignored: nothing here has a use for them, and a stray one (log tools send
+# SIGUSR1 to "reopen logs") must not take a node's GPU metrics down.
+STRAY_SIGNALS = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def ignore_stray_signals() -> None:
+    """Until the event loop handles them, and after it is gone."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in STRAY_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+
+
+async def _with_signals(serving: Coroutine[Any, Any, None], reloader: WebConfigReloader | None):
+    loop = asyncio.get_running_loop()
+
+    def hangup() -> None:
+        if reloader is None:
+            log.info("SIGHUP: there is no --web.config.file to re-read")
+        else:
+            reloader.reload("SIGHUP")
+
+    def ignored(sig: signal.Signals) -> None:
+        log.info(
+            "ignoring %s: SIGTERM stops the exporter, SIGHUP re-reads its web config", sig.name
+        )
+
+    loop.add_signal_handler(signal.SIGHUP, hangup)
+    for sig in (signal.SIGUSR1, signal.SIGUSR2):
+        loop.add_signal_handler(sig, ignored, sig)
+    try:
+        await serving
+    finally:
+        for sig in STRAY_SIGNALS:
+            loop.remove_signal_handler(sig)  # puts back SIG_DFL...
+        ignore_stray_signals()  # ...so straight back to ignoring them until the process ends
+
+
 def serve_node(
     config: Config,
     on_listening: Callable[[int], None] | None = None,
@@ -148,13 +196,15 @@ def serve_node(
     for helper in helpers:
         helper.start()
     poller.start()
-    app = build_app(store, config.web, lambda: poller.alive)
+    app = build_app(store, config.web, lambda: thread_problem(poller, *helpers))
     if extra_routes:
         extra_routes(app)
     try:
         security = config.web.security
-        tls = security.ssl_context if security else None
-        _event_loop_runner()(serve(app, config.web.listen_address, on_listening, ssl_context=tls))
+        reloader = WebConfigReloader(security) if security else None
+        tls = reloader.ssl_context if reloader else None
+        serving = serve(app, config.web.listen_address, on_listening, ssl_context=tls)
+        _event_loop_runner()(_with_signals(serving, reloader))
     finally:
         poller.stop()
         for helper in helpers:

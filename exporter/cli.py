@@ -394,8 +394,8 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
                 f"argument --podresources.extra-resources: {name[:80]!r} is not a resource name "
                 "like vendor.com/gpu-mem"
             )
-    if args.kubeconfig is not None and not os.access(args.kubeconfig, os.R_OK):
-        raise UsageError(f"argument --kubernetes.kubeconfig: cannot read {args.kubeconfig!r}")
+    if args.kubeconfig is not None:
+        _check_kubeconfig(args.kubeconfig)
     if args.pod_label_allowlist is not None:
         try:
             re.compile(args.pod_label_allowlist)
@@ -462,6 +462,23 @@ def _usage_error(message: str) -> int:
     return 2
 
 
+# kubeconfigs with embedded certificates for many clusters reach a few hundred KB.
+MAX_KUBECONFIG_BYTES = 4 << 20
+
+
+def _check_kubeconfig(path: str) -> None:
+    """The kubernetes library reads and parses the whole file with no limit, so a FIFO would block
+    its thread for good and /dev/zero fill memory: refuse both here, with one line."""
+    from pathlib import Path
+
+    from exporter import small_yaml
+
+    try:
+        small_yaml.load(small_yaml.read_text(Path(path), MAX_KUBECONFIG_BYTES))
+    except small_yaml.YamlRefused as exc:
+        raise UsageError(f"argument --kubernetes.kubeconfig: {path[:80]!r}: {exc}") from None
+
+
 def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = None) -> int:
     """Run the exporter; the exit status: 0, or 2 after one line on stderr for bad input.
 
@@ -478,8 +495,9 @@ def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = Non
     # Logged only now, in the chosen format; a bad file has already failed with one line.
     for warning in config.web.security.warnings if config.web.security else ():
         log.warning(warning)
-    from exporter.app import run
+    from exporter.app import ignore_stray_signals, run
 
+    ignore_stray_signals()
     try:
         return run(config, default_node_name=socket.gethostname())
     except ConfigurationError as exc:

@@ -1,18 +1,34 @@
-"""Bounds what HTTP clients can hold open, so slow or idle clients cannot starve a scrape.
+"""Bounds what HTTP clients can hold open, so slow, idle or greedy clients cannot starve a scrape.
 
 aiohttp arms its keep-alive timer when a connection opens, so a client that never finishes a
 request (slowloris: one header byte every few seconds) is dropped after `KEEPALIVE_SECONDS`.
-What nothing bounds is how many such connections are open at once: enough of them would use up
-the process's file descriptors, and then accept() fails for Prometheus too. So past
-`max_connections`, a new connection closes the oldest one that is not in the middle of a
-request; Prometheus, which connects and asks at once, always gets in.
+What aiohttp does not bound, this module does:
+
+- How many connections are open at once: enough of them would use up the process's file
+  descriptors, and then accept() fails for Prometheus too. Past `max_connections`, a new
+  connection closes the oldest one still in its TLS handshake, else the oldest one that is not in
+  the middle of a request; Prometheus, which connects and asks at once, always gets in.
+- How long a TLS handshake may take (`HANDSHAKE_SECONDS`). asyncio's own TLS server hands a
+  connection to aiohttp only once its handshake is done, so a client that never finished one held
+  a descriptor that nothing counted or timed out; here the handshake runs under the guard.
+- How many bytes a client may send before it is answered (`MAX_UNANSWERED_BYTES`). aiohttp limits
+  each header line and the number of headers, but 128 legal 8 KiB headers are 1 MiB per
+  connection, held twice over by the parser (as bytes and as text) until the request is complete,
+  before any authentication.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
+import errno
 import logging
 import resource
+import socket
+import ssl
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -23,8 +39,41 @@ log = logging.getLogger(__name__)
 
 # Longer than the usual 15-30 s scrape interval, so Prometheus keeps reusing its connection.
 KEEPALIVE_SECONDS = 60.0
+# A handshake takes milliseconds even across regions; a client that has not finished one in this
+# time is stalled or hostile. Also bounds the wait for a client's reply to our TLS close.
+HANDSHAKE_SECONDS = 5.0
+# A scrape's request line and headers are a few hundred bytes, with basic auth under 1 KiB. At the
+# default cap of 512 connections, this keeps what clients can make the parser hold to about 20 MB.
+MAX_UNANSWERED_BYTES = 16 * 1024
 # File descriptors kept for what is not an HTTP connection: NVML, gRPC, logs, the API client.
 RESERVED_FDS = 64
+# Once this many connections were open together and three quarters of them have closed, freed
+# memory is handed back to the kernel a second later (when the rest of a burst has usually gone
+# too): glibc keeps in its heap what the parsers and responses of a burst freed, so without it
+# RSS would stay at the burst's peak.
+TRIM_AFTER_CONNECTIONS = 64
+TRIM_DELAY_SECONDS = 1.0
+
+_OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+_TOO_LARGE_BODY = b"request line and headers are over %d bytes\n" % MAX_UNANSWERED_BYTES
+_TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+    b"Content-Type: text/plain; charset=utf-8\r\n"
+    b"Content-Length: %d\r\n"
+    b"Connection: close\r\n\r\n%s" % (len(_TOO_LARGE_BODY), _TOO_LARGE_BODY)
+)
+
+
+def _malloc_trim() -> Callable[[], object]:
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        return lambda: None
+    trim.argtypes = [ctypes.c_size_t]
+    return lambda: trim(0)
+
+
+return_freed_memory = _malloc_trim()
 
 
 def raise_open_file_limit() -> int:
@@ -55,38 +104,71 @@ def connection_cap(wanted: int, open_file_limit: int) -> int:
 
 
 class ConnectionGuard:
-    """Counts open connections on an aiohttp server and evicts idle ones past the cap."""
+    """Counts the open connections of one listener, TLS handshakes included, and evicts past the
+    cap; its connections come from `protocol_factory` (plain HTTP) or `accept_tls`."""
 
     def __init__(self, max_connections: int) -> None:
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
         self.max_connections = max_connections
         self.evicted = 0
-        # Insertion order is age order: the first idle entry is the one to evict.
+        self._peak = 0
+        self._trim: asyncio.TimerHandle | None = None
+        # Insertion order is age order: the first entry that may go is the one to evict.
+        self._handshaking: dict[TlsHandshake, TlsHandshake] = {}
         self._open: dict[RequestHandler, asyncio.Transport] = {}
         self._busy: set[RequestHandler] = set()
+        # The event loop keeps only weak references to tasks.
+        self._handshake_tasks: set[asyncio.Task[None]] = set()
 
     def counts(self) -> ConnectionCounts:
-        return ConnectionCounts(open=len(self._open), evicted=self.evicted)
+        return ConnectionCounts(open=len(self._open) + len(self._handshaking), evicted=self.evicted)
 
-    def install(self, server: web.Server) -> None:
-        """Hooks into the server's own connection bookkeeping; aiohttp offers no other place that
-        sees a connection before its first request."""
-        made, lost = server.connection_made, server.connection_lost
+    def protocol_factory(
+        self, server: web.Server, **handler_args: Any
+    ) -> Callable[[], GuardedHandler]:
+        """For `loop.create_server`: aiohttp's connection handler for `server`, made with
+        `handler_args` (as AppRunner passes them), reporting to this guard."""
+        loop = asyncio.get_running_loop()
+        return lambda: GuardedHandler(self, server, loop=loop, **handler_args)
 
-        def connection_made(handler: RequestHandler, transport: asyncio.Transport) -> None:
-            made(handler, transport)
-            self._open[handler] = transport
-            if len(self._open) > self.max_connections:
-                self._evict_one(spare=handler)
+    async def accept_tls(
+        self,
+        listener: socket.socket,
+        server: web.Server,
+        context: ssl.SSLContext,
+        **handler_args: Any,
+    ) -> None:
+        """Accepts connections on `listener` and runs their TLS handshakes under the guard, until
+        cancelled. asyncio's own TLS server hands a connection over only once its handshake is
+        done, so nothing could count, evict or time out one that never finishes; and uvloop
+        reads from a connection as soon as it is made, so TLS cannot be started on it later."""
+        loop = asyncio.get_running_loop()
 
-        def connection_lost(handler: RequestHandler, exc: BaseException | None = None) -> None:
-            self._open.pop(handler, None)
-            self._busy.discard(handler)
-            lost(handler, exc)
+        def make_handler(handshake: TlsHandshake) -> GuardedHandler:
+            return GuardedHandler(self, server, handshake=handshake, loop=loop, **handler_args)
 
-        server.connection_made = connection_made  # type: ignore[method-assign]
-        server.connection_lost = connection_lost  # type: ignore[method-assign]
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(listener)
+            except OSError as exc:
+                if exc.errno not in _OUT_OF_RESOURCES:
+                    log.debug("accept() failed: %s", exc)
+                    continue
+                # Out of descriptors even so (the cap was lowered below the limit for this);
+                # wait for some to close rather than spin.
+                log.warning("accept() failed: %s; retrying in 0.1 s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            handshake = TlsHandshake(self, sock)
+            self._handshaking[handshake] = handshake
+            self._check_cap(handshake)
+            self._track(loop.create_task(handshake.run(make_handler, context)))
+
+    def close_handshakes(self) -> None:
+        """At shutdown: a handshake in progress would only become a connection to close."""
+        for handshake in list(self._handshaking):
+            handshake.abort()
 
     @web.middleware
     async def middleware(self, request: web.Request, handler):
@@ -107,24 +189,181 @@ class ConnectionGuard:
             return response
         finally:
             self._busy.discard(protocol)
+            if isinstance(protocol, GuardedHandler):
+                protocol.answered()
 
-    def _evict_one(self, spare: RequestHandler) -> None:
-        victim = next(
-            (h for h in self._open if h is not spare and h not in self._busy),
-            None,
+    def _handed_over(self, handshake: TlsHandshake) -> None:
+        # Moved, not closed: the count stays the same, so nothing is evicted or trimmed for it.
+        self._handshaking.pop(handshake, None)
+
+    def _handshake_ended(self, handshake: TlsHandshake) -> None:
+        if self._handshaking.pop(handshake, None) is not None:
+            self._connection_ended()
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        self._handshake_tasks.add(task)
+        task.add_done_callback(self._handshake_tasks.discard)
+
+    def _opened(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        self._open[handler] = transport
+        self._check_cap(handler)
+
+    def _closed(self, handler: RequestHandler) -> None:
+        self._open.pop(handler, None)
+        self._busy.discard(handler)
+        self._connection_ended()
+
+    def _connection_ended(self) -> None:
+        now = len(self._open) + len(self._handshaking)
+        if self._trim is None and self._peak >= TRIM_AFTER_CONNECTIONS and now <= self._peak // 4:
+            self._trim = asyncio.get_running_loop().call_later(
+                TRIM_DELAY_SECONDS, self._return_freed_memory
+            )
+
+    def _return_freed_memory(self) -> None:
+        self._trim = None
+        self._peak = len(self._open) + len(self._handshaking)
+        return_freed_memory()
+
+    def _is_busy(self, handler: RequestHandler) -> bool:
+        return handler in self._busy
+
+    def _check_cap(self, newcomer: TlsHandshake | RequestHandler) -> None:
+        now = len(self._open) + len(self._handshaking)
+        self._peak = max(self._peak, now)
+        if now <= self.max_connections:
+            return
+        # A stalled handshake goes first: it has sent nothing a scrape could be waiting on.
+        victim: TlsHandshake | RequestHandler | None = next(
+            (h for h in self._handshaking if h is not newcomer), None
         )
         if victim is None:
+            victim = next(
+                (h for h in self._open if h is not newcomer and h not in self._busy), None
+            )
+        if victim is None:
             # Every other connection is mid-request; the newcomer is the one to refuse.
-            victim = spare
-        transport = self._open.pop(victim)
+            victim = newcomer
+        transport = (
+            self._handshaking.pop(victim)
+            if isinstance(victim, TlsHandshake)
+            else self._open.pop(victim)
+        )
         self.evicted += 1
         if self.evicted == 1 or self.evicted % 1000 == 0:
             log.warning(
                 "%d connections open, the cap (--web.max-connections); closed the oldest idle "
-                "one (%d closed so far)",
+                "or handshaking one (%d closed so far)",
                 self.max_connections,
                 self.evicted,
             )
         # abort(), not close(): an idle or stalled client gets no goodbye, and its descriptor
         # is free at once instead of after a TLS shutdown it may never answer.
         transport.abort()
+
+    def _refuse(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        log.debug(
+            "closed the connection from %s: over %d bytes sent without an answer",
+            transport.get_extra_info("peername"),
+            MAX_UNANSWERED_BYTES,
+        )
+        # Mid-response, a 431 would be spliced into the answer being written.
+        if not self._is_busy(handler):
+            transport.write(_TOO_LARGE)
+
+
+class GuardedHandler(RequestHandler):
+    """aiohttp's connection handler, counted by the guard, refusing clients that send more than
+    `MAX_UNANSWERED_BYTES` before they are answered."""
+
+    __slots__ = ("_guard", "_handshake", "_over", "_unanswered")
+
+    def __init__(
+        self,
+        guard: ConnectionGuard,
+        manager: web.Server,
+        handshake: TlsHandshake | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(manager, **kwargs)
+        self._guard = guard
+        self._handshake = handshake
+        self._unanswered = 0
+        self._over = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self._handshake is not None:
+            self._guard._handed_over(self._handshake)
+            self._handshake = None
+        super().connection_made(transport)
+        self._guard._opened(self, transport)  # type: ignore[arg-type]
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._guard._closed(self)
+        super().connection_lost(exc)
+
+    def answered(self) -> None:
+        self._unanswered = 0
+
+    def data_received(self, data: bytes) -> None:
+        if self._over:
+            return
+        room = MAX_UNANSWERED_BYTES - self._unanswered
+        self._unanswered += len(data)
+        if len(data) <= room:
+            super().data_received(data)
+            return
+        self._over = True
+        # The parser sees what fits, so a line over its own 8 KiB limit, or too many headers,
+        # still gets aiohttp's 400 (and a request that fits is answered) before the close.
+        requests = self._request_count
+        if room > 0:
+            super().data_received(data[:room])
+        if self._request_count != requests:
+            self.close()
+            return
+        transport = self.transport
+        if transport is not None:
+            self._guard._refuse(self, transport)  # type: ignore[arg-type]
+            self.force_close()
+
+
+class TlsHandshake:
+    """An accepted TCP connection until its TLS handshake ends: counted and evictable by the
+    guard, and given `HANDSHAKE_SECONDS`; then aiohttp's handler takes it over."""
+
+    __slots__ = ("_aborted", "_guard", "_sock", "_started")
+
+    def __init__(self, guard: ConnectionGuard, sock: socket.socket) -> None:
+        self._guard = guard
+        self._sock = sock
+        self._started = False
+        self._aborted = False
+
+    def abort(self) -> None:
+        if not self._started:
+            self._aborted = True
+            self._sock.close()
+            return
+        # The TLS transport owns the descriptor now and closes it itself; a shutdown ends the
+        # handshake at once. Closing it here too could close a reused descriptor number.
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+
+    async def run(self, make_handler: Callable[[TlsHandshake], GuardedHandler], context) -> None:
+        if self._aborted:
+            return
+        self._started = True
+        try:
+            # The handler's connection_made, when the handshake succeeds, ends this entry.
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: make_handler(self),
+                self._sock,
+                ssl=context,
+                ssl_handshake_timeout=HANDSHAKE_SECONDS,
+                ssl_shutdown_timeout=HANDSHAKE_SECONDS,
+            )
+        except OSError as exc:  # refused certificates, timeouts and hang-ups alike
+            log.debug("TLS handshake failed: %s", exc)
+        finally:
+            self._guard._handshake_ended(self)

@@ -123,6 +123,7 @@ class Poller(BackgroundThread):
         self._previous: dict[int, GpuSnapshot] = {}
         self._sequence = 0
         self._last_success_at: float | None = None
+        self._published: NodeSnapshot | None = None
 
     # Lifecycle
 
@@ -138,16 +139,36 @@ class Poller(BackgroundThread):
                 log.debug("nvmlShutdown: %s", exc)
 
     def _run(self) -> None:
+        # A sweep or publish that raises ends this loop; BackgroundThread's supervisor logs it
+        # once, calls _on_crash and re-enters after a backoff, and gives up (failing /healthz)
+        # if the sweeps keep failing.
         while not self._stop.is_set():
             started = time.monotonic()
-            try:
-                snapshot = self.sweep()
-                self._publish(snapshot)
-            except Exception:
-                # A bug in one sweep must not end collection for good.
-                log.exception("sweep failed")
+            snapshot = self.sweep()
+            self._publish(snapshot)
+            self._published = snapshot
+            self._progressed()
             elapsed = time.monotonic() - started
             self._stop.wait(max(0.0, self._config.interval_seconds - elapsed))
+
+    def _on_crash(self) -> None:
+        # The exposition keeps showing the last published snapshot, whose statuses would claim
+        # success for data nobody refreshes now: republish it with every collector failed. It
+        # keeps its time, so its age (and /healthz's limit on it) grows as before.
+        last = self._published
+        if last is None:
+            return
+        failed = tuple(replace(c, success=False) for c in last.collectors)
+        try:
+            self._publish(replace(last, collectors=failed))
+        except Exception as exc:  # the publish path may be what is broken; the age still shows
+            log.warning("could not mark the last snapshot's collectors failed: %s", exc)
+
+    def problem(self) -> str | None:
+        """Why the poller or one of its helper threads can no longer refresh; None if all can."""
+        return super().problem() or next(
+            (why for helper in self._helpers if (why := helper.problem()) is not None), None
+        )
 
     # One sweep
 

@@ -10,6 +10,7 @@ import asyncio
 import html
 import logging
 import signal
+import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -51,12 +52,14 @@ class Handlers:
         self,
         store: ExpositionStore,
         config: WebConfig,
-        poller_alive: Callable[[], bool],
+        thread_problem: Callable[[], str | None],
         guard: ConnectionGuard,
     ):
         self._store = store
         self._config = config
-        self._poller_alive = poller_alive
+        # What is wrong with the background threads (one that died and could not be restarted),
+        # or None when all of them run.
+        self._thread_problem = thread_problem
         self._guard = guard
         self._started = time.monotonic()
 
@@ -69,8 +72,9 @@ class Handlers:
         return web.Response(body=body, headers=_GZIP_HEADERS if gzip else _PLAIN_HEADERS)
 
     def _health_problem(self) -> str | None:
-        if not self._poller_alive():
-            return "the NVML poller thread has stopped"
+        problem = self._thread_problem()
+        if problem is not None:
+            return problem
         exposition = self._store.current
         since = exposition.snapshot.monotonic_at if exposition else self._started
         age = time.monotonic() - since
@@ -108,10 +112,10 @@ class Handlers:
 
 
 def build_app(
-    store: ExpositionStore, config: WebConfig, poller_alive: Callable[[], bool]
+    store: ExpositionStore, config: WebConfig, thread_problem: Callable[[], str | None]
 ) -> web.Application:
     guard = ConnectionGuard(config.max_connections)
-    handlers = Handlers(store, config, poller_alive, guard)
+    handlers = Handlers(store, config, thread_problem, guard)
     cleanups: list[Callable[[], None]] = []
     app = web.Application(middlewares=[guard.middleware, *security_middlewares(config, cleanups)])
     app[STORE_KEY] = store
@@ -198,6 +202,37 @@ def split_listen_address(address: str) -> tuple[str | None, int]:
 LISTEN_BACKLOG = 1024
 
 
+def _listening_sockets(host: str | None, port: int) -> list[socket.socket]:
+    """Bound, listening and non-blocking, as loop.create_server would make them: one for every
+    address `host` names, or one for every interface (IPv4 and IPv6) for None."""
+    if host is None and socket.has_dualstack_ipv6():
+        wanted = [(socket.AF_INET6, ("", port))]
+    elif host is None:
+        wanted = [(socket.AF_INET, ("", port))]
+    else:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        wanted = list(dict.fromkeys((family, address) for family, _, _, _, address in found))
+    sockets: list[socket.socket] = []
+    try:
+        for family, address in wanted:
+            # A port of 0 is chosen by the first bind; the other addresses take the same one.
+            if sockets:
+                address = (address[0], sockets[0].getsockname()[1], *address[2:])
+            sock = socket.create_server(
+                address,
+                family=family,
+                backlog=LISTEN_BACKLOG,
+                dualstack_ipv6=family == socket.AF_INET6 and not address[0],
+            )
+            sock.setblocking(False)
+            sockets.append(sock)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
 async def serve(
     app: web.Application,
     address: str,
@@ -205,40 +240,60 @@ async def serve(
     shutdown_timeout: float = 4.0,
     ssl_context: ssl.SSLContext | None = None,
 ) -> None:
-    """Serve until SIGTERM or SIGINT, then finish in-flight requests and return."""
+    """Serve `app` (from build_app) until SIGTERM or SIGINT, then finish in-flight requests and
+    return."""
     host, port = split_listen_address(address)
+    handler_args = {"access_log": None, "keepalive_timeout": KEEPALIVE_SECONDS}
     runner = web.AppRunner(
-        app,
-        handle_signals=False,
-        access_log=None,
-        shutdown_timeout=shutdown_timeout,
-        keepalive_timeout=KEEPALIVE_SECONDS,
+        app, handle_signals=False, shutdown_timeout=shutdown_timeout, **handler_args
     )
     server_log = logging.getLogger("aiohttp.server")
     if _MALFORMED_REQUEST_LOG not in server_log.filters:
         server_log.addFilter(_MALFORMED_REQUEST_LOG)
     await runner.setup()
-    if GUARD_KEY in app:
-        app[GUARD_KEY].install(runner.server)
-    # aiohttp's default backlog of 128 makes a burst of connections wait in SYN retries before
-    # the connection guard ever sees them; the guard, not the kernel queue, should decide.
-    site = web.TCPSite(
-        runner, host, port, reuse_address=True, ssl_context=ssl_context, backlog=LISTEN_BACKLOG
-    )
-    await site.start()
-    bound = port
-    if runner.addresses:
-        bound = runner.addresses[0][1]
+    assert runner.server is not None
+    guard = app[GUARD_KEY]
+    loop = asyncio.get_running_loop()
+    # Every connection goes through the guard from accept() on, TLS handshakes included, which
+    # is why the listener is made here rather than by aiohttp's TCPSite. aiohttp's default
+    # backlog of 128 would make a burst of connections wait in SYN retries before the guard ever
+    # sees them; the guard, not the kernel queue, should decide.
+    if ssl_context is None:
+        server = await loop.create_server(
+            guard.protocol_factory(runner.server, **handler_args),
+            host,
+            port,
+            reuse_address=True,
+            backlog=LISTEN_BACKLOG,
+        )
+        sockets = list(server.sockets)
+        close_listeners = server.close
+    else:
+        server_sockets = _listening_sockets(host, port)
+        sockets = list(server_sockets)
+        accepting = [
+            loop.create_task(guard.accept_tls(s, runner.server, ssl_context, **handler_args))
+            for s in server_sockets
+        ]
+
+        def close_listeners() -> None:
+            for task in accepting:
+                task.cancel()
+            for sock in server_sockets:
+                sock.close()
+
+    bound = sockets[0].getsockname()[1] if sockets else port
     shown = address if bound == port else f"{host or ''}:{bound}"
     log.info("listening on %s%s", shown, " (TLS)" if ssl_context else "")
     if ready is not None:
         ready(bound)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
         log.info("shutting down")
     finally:
+        close_listeners()
+        guard.close_handshakes()
         await runner.cleanup()

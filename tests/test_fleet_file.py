@@ -38,6 +38,11 @@ from exporter.simulator.fleet import FleetError, default_fleet, load_fleet, pars
         ("seed: -1\ngpus: [{model: T4}]", "seed: -1 is out of range"),
         ("latency: {call_us: 1e12}\ngpus: [{model: T4}]", "latency.call_us"),
         ("latency: fast\ngpus: [{model: T4}]", "latency: expected a mapping, got a string"),
+        ("seed: 1.7\ngpus: [{model: T4}]", "seed: expected a whole number, got 1.7"),
+        ("seed: 7.0\ngpus: [{model: T4}]", "seed: expected a whole number, got 7.0"),
+        ("seed: 1\ngpus: [{model: T4}]\nseed: 2\n", "duplicate key 'seed' at line 3 (first at"),
+        ("gpus: [{model: T4, count: 2, count: 3}]", "duplicate key 'count' at line 1"),
+        ("gpus:\n- model: T4\n  ecc: true\n  ecc: false\n", "duplicate key 'ecc' at line 4"),
     ],
 )
 def test_bad_fleet_files_name_the_field(text, message):
@@ -66,6 +71,11 @@ def test_yaml_bombs_are_refused():
         ("gpus: [{model: T4, count: -.inf}]", "gpus[0].count: -inf is out of range"),
         ("gpus: [{model: " + "x" * 1_000_000 + "}]", "unknown GPU model 'xxxx"),
         ("gpus: [{model: T4, " + "k" * 500 + ": 1}]", "gpus[0].kkkk"),
+        (
+            "gpus: [{model: H100-80GB-HBM3, mig: [" + "x" * 200_000 + "]}]",
+            "gpus[0].mig[0]: unknown MIG profile 'xxxx",
+        ),
+        ('gpus: [{model: T4, "two\\nlines": 1}]', "gpus[0].two\\nlines: unknown field"),
         ("gpus: [{model: T4}", "not valid YAML"),  # truncated
     ],
 )

@@ -416,7 +416,7 @@ def test_backoff_spacing_after_rate_limit(sim, kubelet):
 
 
 def test_large_list_response(sim, kubelet):
-    kubelet.faults.padding_pods = 50_000
+    kubelet.faults.padding_pods = 1_300
     size = kubelet.list_response().ByteSize()
     assert size > 5_000_000  # over gRPC's 4 MiB default
     watcher = watcher_for(kubelet)
@@ -432,7 +432,7 @@ def test_large_list_response(sim, kubelet):
 
 
 def test_sixteen_mib_list_response(sim, kubelet):
-    kubelet.faults.padding_pods = 160_000
+    kubelet.faults.padding_pods = 4_150
     size = kubelet.list_response().ByteSize()
     assert 16 * 2**20 < size < MAX_MESSAGE_BYTES
     watcher = watcher_for(kubelet)
@@ -447,7 +447,7 @@ def test_list_response_over_the_limit_is_one_clear_error(sim, kubelet, make_poll
         0.05,
     )
     assert watcher.refresh()
-    kubelet.faults.padding_pods = 20_000  # about 2 MB
+    kubelet.faults.padding_pods = 600  # about 2.5 MB
     assert not watcher.refresh()
     error = watcher.status.last_error
     assert error.startswith("RESOURCE_EXHAUSTED") and "larger than max" in error, error

@@ -31,8 +31,11 @@ def get(url: str, timeout: float = 5.0) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
-def start_exporter(*flags: str) -> tuple[subprocess.Popen, str]:
-    """`python -m exporter --simulate FLAGS` on a free loopback port; returns it and its URL."""
+def start_exporter(
+    *flags: str, preexec_fn: Callable[[], None] | None = None
+) -> tuple[subprocess.Popen, str]:
+    """`python -m exporter --simulate FLAGS` on a free loopback port; returns it and its URL
+    (http://; the port is the same with TLS)."""
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -48,6 +51,7 @@ def start_exporter(*flags: str) -> tuple[subprocess.Popen, str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=preexec_fn,
     )
     return proc, f"http://127.0.0.1:{port}"
 

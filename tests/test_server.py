@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from exporter.app import thread_problem
 from exporter.config import WebConfig
 from exporter.poller import Poller
 from exporter.server import accepts_gzip, build_app, split_listen_address
@@ -19,8 +20,8 @@ from tests.conftest import FAST, store_for, wait_for
 WEB = WebConfig(stale_after_seconds=15.0, health_max_age_seconds=60.0)
 
 
-async def client_for(store, web: WebConfig = WEB, alive=lambda: True) -> TestClient:
-    client = TestClient(TestServer(build_app(store, web, alive)))
+async def client_for(store, web: WebConfig = WEB, problem=lambda: None) -> TestClient:
+    client = TestClient(TestServer(build_app(store, web, problem)))
     await client.start_server()
     return client
 
@@ -81,7 +82,7 @@ async def test_readyz_waits_for_the_first_snapshot(sim, make_poller):
 async def test_healthz_fails_when_the_poller_thread_died(sim, make_poller):
     store = store_for()
     store.publish(make_poller().sweep())
-    client = await client_for(store, alive=lambda: False)
+    client = await client_for(store, problem=lambda: "the nvml-poller thread has stopped")
     try:
         response = await client.get("/healthz")
         assert response.status == 503 and "poller" in await response.text()
@@ -96,7 +97,7 @@ async def test_hanging_nvml_call_gives_stale_snapshot_and_unhealthy_healthz(sim)
     web = WebConfig(stale_after_seconds=0.5, health_max_age_seconds=1.0)
     poller = Poller(replace(FAST, interval_seconds=0.1), store.publish)
     poller.start()
-    client = await client_for(store, web, lambda: poller.alive)
+    client = await client_for(store, web, lambda: thread_problem(poller))
     try:
         assert await asyncio.to_thread(wait_for, lambda: store.current is not None)
         assert (await client.get("/healthz")).status == 200

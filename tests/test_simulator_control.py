@@ -6,10 +6,14 @@ alerts read, and a bad request gets a one-line error naming what is wrong."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import subprocess
 import sys
+import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 
@@ -19,11 +23,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from exporter.config import WebConfig
+from exporter.podresources.client import PodResourcesClient
 from exporter.server import build_app
 from exporter.simulator.control import add_control_routes
 from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fake_nvml import FakeNvml
-from tests.conftest import REPO, store_for
+from tests.conftest import REPO, store_for, wait_for
 from tests.test_process import get, scrape_until, start_exporter
 
 
@@ -142,6 +147,58 @@ async def test_driver_and_kubelet_go_away_and_come_back(control):
         assert response.status == 404 and "kubelet/stop" in await response.text()
     finally:
         kubelet.stop()
+
+
+def grpc_servers() -> int:
+    # gRPC runs one `_serve` thread per server; that of a dropped server ends once gRPC reaps it.
+    return sum(t.name.endswith("(_serve)") for t in threading.enumerate())
+
+
+async def test_kubelet_start_while_running_keeps_the_socket(control):
+    """A second start used to unlink the live socket and bind another server; gRPC reaped the
+    dropped first server about a second later, deleting the socket path with it."""
+    client, kubelet = control
+    kubelet.start()
+    try:
+        servers = grpc_servers()
+        inode = kubelet.socket_path.stat().st_ino
+        response = await client.post("/-/simulator/kubelet/start")
+        assert await response.json() == {"driver_loaded": True, "kubelet_running": True}
+        assert kubelet.socket_path.stat().st_ino == inode  # not unlinked and bound again
+        assert await asyncio.to_thread(wait_for, lambda: grpc_servers() <= servers, 10)
+        assert kubelet.socket_path.exists()
+        answer = await asyncio.to_thread(PodResourcesClient(str(kubelet.socket_path), 5).list)
+        assert len(answer.pod_resources) == len(kubelet.pods)
+    finally:
+        kubelet.stop()
+
+
+HOSTILE_REQUESTS = [
+    # str.isdigit() takes both; int() fails on the first (a 500) and reads the second as 3.
+    ("gpus/\u00b2/xid", b'{"xid": 79}', 404, "no simulated GPU '\u00b2' (the node has GPUs 0-7)"),
+    ("gpus/\u0663/xid", b'{"xid": 79}', 404, "no simulated GPU '\u0663' (the node has GPUs 0-7)"),
+    ("gpus/" + "0" * 5000 + "/lose", b"", 404, "no simulated GPU '00000000"),  # int() refuses
+    ("gpus/0/xid", b"[" * 100_000 + b"]" * 100_000, 400, "xid: body is not valid JSON: nested"),
+    ("gpus/0/" + "m" * 5000, b"", 404, "unknown action 'mmmmmmmm"),
+    ("kubelet/" + "s" * 5000, b"", 404, "unknown action 'kubelet/sssssss"),
+    ("gpus/0/workload", b'{"workload": "' + b"w" * 100_000 + b'"}', 400, "workload: 'wwwww"),
+    ("gpus/0/xid", b'{"' + b"k" * 100_000 + b'": 1}', 400, "xid: unknown field 'kkkkk"),
+    ("gpus/0/xid", b'{"xid": "' + b"x" * 100_000 + b'"}', 400, 'expected an integer, got "xxx'),
+    ("gpus/0/xid", b'{"xid": ' + b"9" * 4000 + b"}", 400, "xid: xid: 99999"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "status", "message"), HOSTILE_REQUESTS)
+async def test_hostile_requests_get_one_short_line_and_log_no_traceback(
+    control, caplog, path, body, status, message
+):
+    client, _ = control
+    with caplog.at_level(logging.DEBUG):
+        response = await client.post(f"/-/simulator/{path}", data=body)
+        text = await response.text()
+    assert (response.status, text.count("\n")) == (status, 1), text[:300]
+    assert message in text and len(text) < 250, text[:300]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 async def test_unhealthy_device_is_no_longer_allocatable(control):
@@ -314,8 +371,10 @@ def test_process_unhealthy_gpu_is_not_allocatable(exporter):
 @pytest.mark.parametrize(
     ("path", "body", "status", "message"),
     [
-        ("9/lose", None, 404, "no simulated GPU 9 (the node has GPUs 0-7)"),
-        ("x/lose", None, 404, "no simulated GPU x (the node has GPUs 0-7)"),
+        ("9/lose", None, 404, "no simulated GPU '9' (the node has GPUs 0-7)"),
+        ("x/lose", None, 404, "no simulated GPU 'x' (the node has GPUs 0-7)"),
+        (urllib.parse.quote("\u00b2/xid"), {"xid": 79}, 404, "no simulated GPU '\u00b2'"),
+        (urllib.parse.quote("\u0663/xid"), {"xid": 79}, 404, "no simulated GPU '\u0663'"),
         ("0/melt", None, 404, "unknown action 'melt'"),
         ("0/xid", {}, 400, "xid: xid is required"),
         ("0/xid", {"xid": 0}, 400, "xid: xid: 0 is out of range [1, 999]"),
@@ -345,6 +404,10 @@ def test_process_invalid_json_and_wrong_method(exporter):
     status, text = call(exporter, "0/xid", data=b"{xid: 79")
     assert status == 400 and text.startswith("xid: body is not valid JSON")
     assert text.count("\n") == 1
+    # 3,000 levels are past Python's recursion limit and inside the bytes a client may send
+    # before it is answered.
+    status, text = call(exporter, "0/xid", data=b"[" * 3000 + b"]" * 3000)
+    assert (status, text) == (400, "xid: body is not valid JSON: nested too deeply\n")
     assert get(f"{exporter}/-/simulator/gpus/0/xid")[0] == 405
     status, _ = call(exporter, "0/xid", data=b"")
     assert status == 400  # xid is required; an empty body is an empty object
@@ -354,7 +417,7 @@ def test_process_invalid_json_and_wrong_method(exporter):
 
 
 async def test_production_app_has_no_control_routes():
-    client = TestClient(TestServer(build_app(store_for(), WebConfig(), lambda: True)))
+    client = TestClient(TestServer(build_app(store_for(), WebConfig(), lambda: None)))
     await client.start_server()
     try:
         assert (await client.get("/-/simulator/gpus")).status == 404

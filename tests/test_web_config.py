@@ -88,7 +88,7 @@ async def serve(sim, make_poller):
         security = load_web_config(config_path)
         store = store_for()
         store.publish(make_poller().sweep())
-        app = build_app(store, WebConfig(security=security), lambda: True)
+        app = build_app(store, WebConfig(security=security), lambda: None)
         runner = web.AppRunner(app)
         await runner.setup()
         runners.append(runner)
@@ -264,6 +264,36 @@ def bad_files(certs: Certificates) -> list[tuple[str, object, str]]:
             "use VerifyClientCertIfGiven or RequireAndVerifyClientCert",
         ),
         ("users not a map", {"basic_auth_users": ["prometheus"]}, "expected a mapping"),
+        # Only exporter-toolkit's security headers: these would corrupt /metrics.
+        *(
+            (
+                f"header {name}",
+                {"http_server_config": {"headers": {name: value}}},
+                f"http_server_config.headers.{name}: this header cannot be configured (allowed: "
+                "Content-Security-Policy, Strict-Transport-Security, X-Content-Type-Options, "
+                "X-Frame-Options, X-XSS-Protection)",
+            )
+            for name, value in (
+                ("Content-Type", "text/html"),
+                ("Content-Length", "0"),
+                ("Content-Encoding", "gzip"),
+            )
+        ),
+        (
+            "header spelled differently",
+            {"http_server_config": {"headers": {"x-frame-options": "deny"}}},
+            "headers.x-frame-options: this header cannot be configured (write it X-Frame-Options)",
+        ),
+        (
+            "header value not allowed",
+            {"http_server_config": {"headers": {"X-Frame-Options": "allow-from x"}}},
+            "headers.X-Frame-Options: 'allow-from x' is not one of 'deny', 'sameorigin'",
+        ),
+        (
+            "header nosniff only",
+            {"http_server_config": {"headers": {"X-Content-Type-Options": "sniff"}}},
+            "headers.X-Content-Type-Options: 'sniff' is not one of 'nosniff'",
+        ),
     ]
 
 
@@ -332,7 +362,14 @@ def test_ignored_keys_load_with_a_warning_for_later(certs, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "what", ["missing cert", "plain-text password", "unknown top key", "client auth type refused"]
+    "what",
+    [
+        "missing cert",
+        "plain-text password",
+        "unknown top key",
+        "client auth type refused",
+        "header Content-Type",
+    ],
 )
 def test_the_cli_refuses_a_bad_file_at_startup(certs, tmp_path, what):
     _, doc, message = next(entry for entry in bad_files(certs) if entry[0] == what)

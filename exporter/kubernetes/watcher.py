@@ -6,19 +6,29 @@ from etcd), then WATCH from the list's version with bookmarks, resuming from the
 seen; 410 Gone means that version fell out of the history, so it lists again. Errors back off
 exponentially with jitter. Both field selectors are always set: a DaemonSet that lists pods
 cluster-wide on every node is how control planes go down.
+
+Only the failures an API conversation is expected to have (HTTP errors, broken connections,
+undecodable bodies, a missing kubeconfig) are retried here. Anything else is a bug or an object
+nobody foresaw, and ends the watch's loop: `BackgroundThread` logs it once with its traceback,
+reports the watch unsynced (so `collector_success{collector="kubernetes"}` reads 0) and restarts
+it with backoff; each watch runs in its own supervised thread.
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import logging
 import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
+
+import urllib3.exceptions
 
 from exporter.background import BackgroundThread
 from exporter.backoff import Backoff
@@ -37,6 +47,37 @@ _GONE = 410
 
 class _Expired(Exception):
     """The watch's resourceVersion is too old: list again."""
+
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    import kubernetes
+
+    return (
+        kubernetes.client.ApiException,
+        kubernetes.config.ConfigException,
+        urllib3.exceptions.HTTPError,
+        http.client.HTTPException,
+        OSError,
+        ValueError,  # a body that is not JSON
+    )
+
+
+class _NodeWatchThread(BackgroundThread):
+    """The node's watch: the same retry loop as the pods' watch, in a thread of its own, stopped
+    together with it."""
+
+    thread_name = "kubernetes-node"
+
+    def __init__(self, owner: KubernetesWatcher) -> None:
+        super().__init__()
+        self._stop = owner._stop
+        self._owner = owner
+
+    def _run(self) -> None:
+        self._owner._watch_forever(self._owner._node_round)
+
+    def _on_crash(self) -> None:
+        self._owner._update(node_synced=False)
 
 
 class KubernetesWatcher(BackgroundThread):
@@ -67,7 +108,7 @@ class KubernetesWatcher(BackgroundThread):
         self._stall_grace = stall_grace_seconds
         self._lock = threading.Lock()
         self._view = EMPTY_VIEW
-        self._node_thread: threading.Thread | None = None
+        self._node_watch = _NodeWatchThread(self)
         self._api: Any = None
         self._open_watches: set[Any] = set()
 
@@ -75,14 +116,7 @@ class KubernetesWatcher(BackgroundThread):
 
     def start(self) -> None:
         super().start()
-        if self._node_thread is None:
-            self._node_thread = threading.Thread(
-                target=self._watch_forever,
-                args=(self._node_round,),
-                name="kubernetes-node",
-                daemon=True,
-            )
-            self._node_thread.start()
+        self._node_watch.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
@@ -95,11 +129,22 @@ class KubernetesWatcher(BackgroundThread):
                 with contextlib.suppress(Exception):
                     response.shutdown() if hasattr(response, "shutdown") else response.close()
         super().stop(timeout)
-        if self._node_thread is not None:
-            self._node_thread.join(timeout)
+        self._node_watch.stop(timeout)
+
+    def problem(self) -> str | None:
+        return super().problem() or self._node_watch.problem()
 
     def view(self) -> KubernetesView:
-        return self._view
+        """The latest view; never synced while the watch that feeds it is crashed."""
+        view = self._view
+        if view.pods_synced and not self.thread_healthy:
+            view = replace(view, pods_synced=False)
+        if view.node_synced and not self._node_watch.thread_healthy:
+            view = replace(view, node_synced=False)
+        return view
+
+    def _on_crash(self) -> None:
+        self._update(pods_synced=False)
 
     def _replace(self, change: Callable[[dict[str, Any]], None]) -> None:
         # Readers get the whole view by one reference read; writers (two threads) serialise here.
@@ -131,6 +176,7 @@ class KubernetesWatcher(BackgroundThread):
     def _watch_forever(self, one_round: Callable[[], None]) -> None:
         backoff = Backoff(0.5, self._max_backoff)
         last_error = ""
+        expected = _expected_errors()
         while not self._stop.is_set():
             try:
                 one_round()
@@ -139,7 +185,7 @@ class KubernetesWatcher(BackgroundThread):
                 self._count("relists")
                 log.info("watch history expired (410 Gone); listing again")
                 continue
-            except Exception as exc:
+            except expected as exc:
                 if self._stop.is_set():
                     break  # stop() closed the stream under us
                 self._count("watch_errors")
@@ -217,6 +263,7 @@ class KubernetesWatcher(BackgroundThread):
             dropped += cut
         self._count("labels_dropped", dropped)
         self._update(pods=MappingProxyType(pods), pods_synced=True, pods_updated_at=time.time())
+        self._progressed()
 
         def on_event(kind: str, obj: dict) -> None:
             if kind in ("ADDED", "MODIFIED", "DELETED"):
@@ -242,6 +289,7 @@ class KubernetesWatcher(BackgroundThread):
         items, version = self._list(core.list_node, selector)
         labels = node_gpu_labels(items[0]) if items else ()
         self._update(node_labels=labels, node_synced=bool(items), node_updated_at=time.time())
+        self._node_watch._progressed()
 
         def on_event(kind: str, obj: dict) -> None:
             if kind in ("ADDED", "MODIFIED"):

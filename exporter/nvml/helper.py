@@ -4,9 +4,10 @@ latest results to each sweep.
 
 The poller knows helpers only through `PollerHelper`; which helpers exist, and in what order, is
 decided in one place, `exporter.nvml.helper_registry.build_helpers`. Every helper thread is a
-`BackgroundThread` and every helper's health reaches the snapshot only through `status()`, so
-supervising them (restarting a thread that died, reporting failure meanwhile) is a change to
-that base class and to the poller's single status loop, not to each helper.
+`BackgroundThread`, supervised there (a crashed loop is restarted with backoff), and every
+helper's health reaches the snapshot only through `status()`, which must read failure while the
+thread is crashed (`thread_healthy`), so the poller's single status loop never reports a dead
+helper's frozen data as a success.
 """
 
 from __future__ import annotations
@@ -48,11 +49,15 @@ class PollerHelper(Protocol):
     def start(self) -> None:
         """Start the helper's thread. Called after every successful nvmlInit; idempotent."""
 
+    def problem(self) -> str | None:
+        """Why the helper's thread can no longer run (it gave up), for /healthz; else None."""
+
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the thread, waiting at most `timeout` seconds, and release what NVML gave it."""
 
     def status(self) -> CollectorStatus:
-        """Whether the last round succeeded and how long it took."""
+        """Whether the last round succeeded and how long it took; never success while the
+        helper's thread is crashed or has given up."""
         ...
 
     def track(self, gpus: Sequence[LiveGpu]) -> None:
@@ -77,7 +82,7 @@ class PeriodicHelper(PeriodicSampler):
     needs_thread: ClassVar[bool] = False
 
     def status(self) -> CollectorStatus:
-        return CollectorStatus(self.collector, self.last_success, self.last_duration_seconds)
+        return CollectorStatus(self.collector, self.round_succeeded, self.last_duration_seconds)
 
     def invalidate(self) -> None:
         """Nothing held across rounds by default."""

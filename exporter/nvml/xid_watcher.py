@@ -128,7 +128,7 @@ class XidWatcher(BackgroundThread):
 
     def status(self) -> CollectorStatus:
         # Events are not rounds: there is no duration to report.
-        return CollectorStatus(self.collector, self.healthy, 0.0)
+        return CollectorStatus(self.collector, self.healthy and self.thread_healthy, 0.0)
 
     def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
         uuid = gpu.identity.uuid
@@ -148,38 +148,50 @@ class XidWatcher(BackgroundThread):
     def _run(self) -> None:
         backoff = Backoff(1.0, 30.0)
         while not self._stop.is_set():
-            with self._devices_lock:
-                wanted = self._devices
-            if wanted != self._registered:
-                self._register(wanted)
-            if self._event_set is None:
-                self._stop.wait(self.reregister_delay_seconds)
-                continue
-            try:
-                data = pynvml.nvmlEventSetWait_v2(self._event_set, self._wait_ms)
-            except pynvml.NVMLError_Timeout:
-                self._xid_log.flush()
-                self.healthy = True
-                backoff.succeeded()
-                continue
-            except NVMLError as exc:
-                self._tally.record("nvmlEventSetWait_v2", error_name(exc))
-                if isinstance(exc, pynvml.NVMLError_Uninitialized):
-                    # The driver went away with our event set. The poller re-initialises NVML
-                    # on its own backoff; registering is retried at a fixed short delay until it
-                    # is back, so a reload does not leave XIDs unwatched for a growing backoff.
-                    delay = self.reregister_delay_seconds
-                    log.info("XID event set gone with the driver; re-registering when it is back")
-                else:
-                    delay = backoff.failed()
-                    log.warning("XID event wait failed: %s; re-registering in %.0fs", exc, delay)
-                self.healthy = False
-                self._release()
-                self._stop.wait(delay)
-                continue
-            self.healthy = True
-            self._handle(data)
+            self._round(backoff)
+            # Expected NVML failures are handled inside the round; reaching here means the loop
+            # itself works, which ends any crash streak.
+            self._progressed()
         self._release()
+
+    def _round(self, backoff: Backoff) -> None:
+        with self._devices_lock:
+            wanted = self._devices
+        if wanted != self._registered:
+            self._register(wanted)
+        if self._event_set is None:
+            self._stop.wait(self.reregister_delay_seconds)
+            return
+        try:
+            data = pynvml.nvmlEventSetWait_v2(self._event_set, self._wait_ms)
+        except pynvml.NVMLError_Timeout:
+            self._xid_log.flush()
+            self.healthy = True
+            backoff.succeeded()
+            return
+        except NVMLError as exc:
+            self._tally.record("nvmlEventSetWait_v2", error_name(exc))
+            if isinstance(exc, pynvml.NVMLError_Uninitialized):
+                # The driver went away with our event set. The poller re-initialises NVML on its
+                # own backoff; registering is retried at a fixed short delay until it is back,
+                # so a reload does not leave XIDs unwatched for a growing backoff.
+                delay = self.reregister_delay_seconds
+                log.info("XID event set gone with the driver; re-registering when it is back")
+            else:
+                delay = backoff.failed()
+                log.warning("XID event wait failed: %s; re-registering in %.0fs", exc, delay)
+            self.healthy = False
+            self._release()
+            self._stop.wait(delay)
+            return
+        self.healthy = True
+        self._handle(data)
+
+    def _on_crash(self) -> None:
+        # Register afresh on restart: the event set may be half set up, or be what failed.
+        self.healthy = False
+        self._release()
+        self._registered = None
 
     def _handle(self, data: pynvml.c_nvmlEventData_t) -> None:
         try:

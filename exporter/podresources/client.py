@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from google.protobuf.message import DecodeError, Message
@@ -21,6 +21,12 @@ from google.protobuf.message import DecodeError, Message
 from exporter.background import BackgroundThread
 from exporter.backoff import Backoff
 from exporter.podresources.allocations import PodResourcesSnapshot, from_responses
+from exporter.podresources.answer_bounds import (
+    TOO_LARGE,
+    AnswerMalformed,
+    AnswerTooLarge,
+    check_answer,
+)
 from exporter.podresources.grpc_unary import RpcError, UnaryChannel
 from exporter.podresources.v1 import api_pb2
 
@@ -64,8 +70,12 @@ class PodResourcesClient:
     def _call(self, method: str, request: Message, response_type: type[_Response]) -> _Response:
         payload = self._channel.call(_SERVICE + method, request.SerializeToString(), self._timeout)
         try:
+            # Before parsing: 32 MiB of tiny fields would decode to gigabytes (answer_bounds).
+            check_answer(method, payload)
             return response_type.FromString(payload)
-        except DecodeError as exc:
+        except AnswerTooLarge as exc:
+            raise RpcError(TOO_LARGE, str(exc)) from None
+        except (DecodeError, AnswerMalformed) as exc:
             raise RpcError("INTERNAL", f"undecodable {method} response: {exc}") from None
 
     def list(self) -> api_pb2.ListPodResourcesResponse:
@@ -104,7 +114,16 @@ class PodResourcesWatcher(BackgroundThread):
         self._errors: Counter[str] = Counter()
         self._lock = threading.Lock()
         self.latest: PodResourcesSnapshot | None = None
-        self.status = PodResourcesStatus(False, None, 0.0, (), None)
+        self._status = PodResourcesStatus(False, None, 0.0, (), None)
+
+    @property
+    def status(self) -> PodResourcesStatus:
+        """The last round's outcome; never up while the thread is crashed or has given up, as
+        `latest` is then no longer refreshed."""
+        status = self._status
+        if status.up and not self.thread_healthy:
+            return replace(status, up=False, last_error=f"thread crashed: {self.last_crash}")
+        return status
 
     def _run(self) -> None:
         backoff = Backoff(self._interval, self._max_backoff)
@@ -115,7 +134,13 @@ class PodResourcesWatcher(BackgroundThread):
                 delay = self._interval
             else:
                 delay = backoff.failed()
+            # A failed call is an outcome the loop handles; only an exception ends a round.
+            self._progressed()
             self._stop.wait(max(0.0, delay - (time.monotonic() - started)))
+        self._client.reset()
+
+    def _on_crash(self) -> None:
+        # Whatever the connection was in the middle of is not worth untangling.
         self._client.reset()
 
     def refresh(self) -> bool:
@@ -138,12 +163,12 @@ class PodResourcesWatcher(BackgroundThread):
             if exc.code in _BACK_OFF:
                 self._client.reset()
             message = str(exc)
-            if message != self.status.last_error:
+            if message != self._status.last_error:
                 log.warning("pod-resources call failed: %s", message)
             self._set_status(False, time.monotonic() - started, message)
             return False
         self.latest = from_responses(listing, allocatable, self._extra, time.time())
-        if self.status.last_error:
+        if self._status.last_error:
             log.info("pod-resources API answering again")
         self._set_status(True, time.monotonic() - started, None)
         return True
@@ -151,9 +176,9 @@ class PodResourcesWatcher(BackgroundThread):
     def _set_status(self, up: bool, duration: float, error: str | None) -> None:
         with self._lock:
             errors = tuple(sorted(self._errors.items()))
-        self.status = PodResourcesStatus(
+        self._status = PodResourcesStatus(
             up=up,
-            last_success_at=time.time() if up else self.status.last_success_at,
+            last_success_at=time.time() if up else self._status.last_success_at,
             last_duration_seconds=duration,
             errors=errors,
             last_error=error,

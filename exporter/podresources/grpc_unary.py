@@ -7,10 +7,15 @@ threads of its own. It does what the exporter relied on grpcio for: a deadline p
 the server as `grpc-timeout` too), a receive-size limit that refuses an oversized answer from its
 5-byte length prefix before reading it, status codes and messages from the trailers, and
 reconnection after the kubelet restarts.
+
+Everything the server sends is untrusted: an answer whose status, HTTP status or headers cannot be
+read (a non-numeric or overlong `grpc-status`, a `:status` that is not three digits, a header that
+is not UTF-8) is the call's error with code MALFORMED, never an exception of another kind.
 """
 
 from __future__ import annotations
 
+import re
 import socket
 import struct
 import time
@@ -57,6 +62,14 @@ _HTTP_TO_STATUS = {
     503: "UNAVAILABLE",
     504: "UNAVAILABLE",
 }
+# Not a gRPC status: ours, for an answer that could not be read at all.
+MALFORMED = "MALFORMED"
+# gRPC statuses are small numbers; ten digits hold any 32-bit value, and a longer one is garbage
+# (it would also cost int() quadratic time, and Python refuses past 4,300 digits).
+_GRPC_STATUS = re.compile(r"[0-9]{1,10}")
+_HTTP_STATUS = re.compile(r"[0-9]{3}")
+# How much of a server's grpc-message an error (and so a log line) repeats.
+_MAX_DETAILS = 300
 _PREFIX = struct.Struct(">BI")  # compressed flag, message length
 # A large window lets a multi-megabyte answer stream without a round trip per 64 KiB.
 _WINDOW = 16 * 1024 * 1024
@@ -141,14 +154,19 @@ class UnaryChannel:
                     self._handle(event, stream_id, stream)
                 self._send(deadline)
         except RpcError as exc:
-            if exc.code in ("DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "INTERNAL"):
+            if exc.code in ("DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "INTERNAL", MALFORMED):
                 # The stream is abandoned mid-answer; its connection is not worth untangling.
                 self.close()
             raise
         except h2.exceptions.ProtocolError as exc:
             self.close()
             raise RpcError("INTERNAL", f"HTTP/2 protocol error: {exc}") from None
-        return self._result(stream)
+        try:
+            return self._result(stream)
+        except RpcError as exc:
+            if exc.code == MALFORMED:
+                self.close()  # a server that sends garbage gets a fresh connection next time
+            raise
 
     def _connect(self, deadline: float) -> tuple[h2.connection.H2Connection, socket.socket]:
         if self._conn is not None and self._sock is not None:
@@ -165,7 +183,9 @@ class UnaryChannel:
             reason = exc.strerror or type(exc).__name__
             raise RpcError("UNAVAILABLE", f"cannot connect to {self._path}: {reason}") from None
         conn = h2.connection.H2Connection(
-            h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
+            # Headers stay bytes; _decode_headers reads them, so a server's bad bytes become
+            # our MALFORMED error instead of an exception from inside h2.
+            h2.config.H2Configuration(client_side=True, header_encoding=None)
         )
         conn.initiate_connection()
         conn.update_settings(
@@ -175,6 +195,10 @@ class UnaryChannel:
                 h2.settings.SettingCodes.MAX_FRAME_SIZE: _MAX_FRAME,
             }
         )
+        # h2 applies our larger frame size only once the server acknowledges it, and then only
+        # from the next read: an ACK and a large DATA frame arriving in one read failed as an
+        # "overlong frame". Accepting what we have already advertised is safe.
+        conn.max_inbound_frame_size = _MAX_FRAME
         conn.increment_flow_control_window(_WINDOW - 65535)
         self._sock, self._conn = sock, conn
         return conn, sock
@@ -233,9 +257,9 @@ class UnaryChannel:
         if getattr(event, "stream_id", stream_id) != stream_id:
             return
         if isinstance(event, h2.events.ResponseReceived):
-            stream.headers = dict(event.headers)  # type: ignore[arg-type]
+            stream.headers = _decode_headers(event.headers, "header")
         elif isinstance(event, h2.events.TrailersReceived):
-            stream.trailers = dict(event.headers)  # type: ignore[arg-type]
+            stream.trailers = _decode_headers(event.headers, "trailer")
         elif isinstance(event, h2.events.DataReceived):
             assert self._conn is not None
             self._conn.acknowledge_received_data(event.flow_controlled_length, stream_id)
@@ -270,16 +294,40 @@ class UnaryChannel:
             raise RpcError(code, f"stream reset by the server (HTTP/2 error {stream.reset_code})")
         status = stream.trailers.get("grpc-status", stream.headers.get("grpc-status"))
         if status is None:
-            http = int(stream.headers.get(":status", "0") or 0)
+            raw_http = stream.headers.get(":status", "0")
+            if raw_http != "0" and not _HTTP_STATUS.fullmatch(raw_http):
+                raise RpcError(MALFORMED, f"HTTP status {_cut(raw_http)!r} is not a number")
+            http = int(raw_http)
             code = _HTTP_TO_STATUS.get(http, "UNKNOWN")
             raise RpcError(code, f"HTTP status {http} without a gRPC status")
+        if not _GRPC_STATUS.fullmatch(status):
+            raise RpcError(
+                MALFORMED,
+                f"grpc-status {_cut(status)!r} ({len(status)} characters) is not a status number",
+            )
         message = stream.trailers.get("grpc-message", stream.headers.get("grpc-message", ""))
-        number = int(status) if status.isdigit() else 2
+        number = int(status)
         name = STATUS_NAMES[number] if number < len(STATUS_NAMES) else "UNKNOWN"
         if name != "OK":
-            raise RpcError(name, urllib.parse.unquote(message).replace("\n", " "))
+            details = urllib.parse.unquote(message, errors="replace").replace("\n", " ")
+            raise RpcError(name, _cut(details))
         if stream.expected is None or len(stream.body) != _PREFIX.size + stream.expected:
             raise RpcError("INTERNAL", "the response message is incomplete")
         # In place: a 16 MiB answer is not copied again before it is parsed.
         del stream.body[: _PREFIX.size]
         return stream.body
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _MAX_DETAILS else text[:_MAX_DETAILS] + "..."
+
+
+def _decode_headers(headers: list[tuple[bytes, bytes]], what: str) -> dict[str, str]:
+    decoded: dict[str, str] = {}
+    for name, value in headers:
+        try:
+            decoded[name.decode("ascii")] = value.decode("utf-8")
+        except UnicodeDecodeError:
+            shown = name.decode("ascii", errors="replace")[:_MAX_DETAILS]
+            raise RpcError(MALFORMED, f"response {what} {shown!r} is not UTF-8") from None
+    return decoded

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,8 +31,11 @@ from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.sim_gpu import SimGpu
 from exporter.simulator.workload import SHAPES
+from exporter.small_yaml import SHOWN_CHARS, shown
 
 PREFIX = "/-/simulator"
+# ASCII only: str.isdigit() and int() also take "²" (int() then fails) and "٣" (read as 3).
+_GPU_INDEX = re.compile(r"[0-9]{1,4}")
 
 
 class BadRequest(ValueError):
@@ -66,7 +71,8 @@ def _unhealthy(_n: FakeNvml, kubelet: FakeKubelet, gpu: SimGpu, body: dict[str, 
 
 def _workload(nvml: FakeNvml, _k: FakeKubelet, gpu: SimGpu, body: dict[str, Any]) -> None:
     if body["workload"] not in SHAPES:
-        raise BadRequest(f"workload: {body['workload']!r} is not one of {', '.join(SHAPES)}")
+        workload = shown(body["workload"])
+        raise BadRequest(f"workload: {workload} is not one of {', '.join(SHAPES)}")
     nvml.set_workload(gpu.index, body["workload"])
 
 
@@ -105,13 +111,15 @@ def parse_body(raw: bytes, fields: dict[str, Field]) -> dict[str, Any]:
         try:
             doc = json.loads(raw)
         except ValueError as exc:
-            raise BadRequest(f"body is not valid JSON: {exc}") from None
+            raise BadRequest(f"body is not valid JSON: {str(exc)[:200]}") from None
+        except RecursionError:
+            raise BadRequest("body is not valid JSON: nested too deeply") from None
     if not isinstance(doc, dict):
         raise BadRequest("body must be a JSON object")
     unknown = sorted(set(doc) - set(fields))
     if unknown:
         allowed = ", ".join(fields) or "none"
-        raise BadRequest(f"unknown field {unknown[0]!r} (allowed: {allowed})")
+        raise BadRequest(f"unknown field {shown(unknown[0])} (allowed: {allowed})")
     values: dict[str, Any] = {}
     for name, spec in fields.items():
         if name not in doc:
@@ -125,11 +133,18 @@ def parse_body(raw: bytes, fields: dict[str, Field]) -> dict[str, Any]:
             continue
         # bool is an int in Python; JSON true must not pass for a number (nor 1 for a bool).
         if isinstance(value, bool) != (spec.kind is bool) or not isinstance(value, spec.kind):
-            raise BadRequest(f"{name}: expected {_kind_name(spec.kind)}, got {json.dumps(value)}")
+            got = _shown_json(value)
+            raise BadRequest(f"{name}: expected {_kind_name(spec.kind)}, got {got}")
         if spec.low is not None and spec.high is not None and not spec.low <= value <= spec.high:
-            raise BadRequest(f"{name}: {value} is out of range [{spec.low:g}, {spec.high:g}]")
+            shown_value = shown(value)
+            raise BadRequest(f"{name}: {shown_value} is out of range [{spec.low:g}, {spec.high:g}]")
         values[name] = value
     return values
+
+
+def _shown_json(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= SHOWN_CHARS else f"{text[: SHOWN_CHARS - 3]}..."
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
@@ -157,9 +172,9 @@ def add_control_routes(app: web.Application, nvml: FakeNvml, kubelet: FakeKubele
     def find_gpu(request: web.Request) -> SimGpu:
         text = request.match_info["index"]
         count = len(nvml.gpus)
-        if not text.isdigit() or int(text) >= count:
+        if not _GPU_INDEX.fullmatch(text) or int(text) >= count:
             raise web.HTTPNotFound(
-                text=f"no simulated GPU {text} (the node has GPUs 0-{count - 1})\n"
+                text=f"no simulated GPU {shown(text)} (the node has GPUs 0-{count - 1})\n"
             )
         return nvml.gpus[int(text)]
 
@@ -170,7 +185,8 @@ def add_control_routes(app: web.Application, nvml: FakeNvml, kubelet: FakeKubele
         gpu = find_gpu(request)
         name = request.match_info["action"]
         if name not in ACTIONS:
-            raise web.HTTPNotFound(text=f"unknown action {name!r} (known: {', '.join(ACTIONS)})\n")
+            known = ", ".join(ACTIONS)
+            raise web.HTTPNotFound(text=f"unknown action {shown(name)} (known: {known})\n")
         fields, action = ACTIONS[name]
         try:
             action(nvml, kubelet, gpu, parse_body(await request.read(), fields))
@@ -186,6 +202,14 @@ def add_control_routes(app: web.Application, nvml: FakeNvml, kubelet: FakeKubele
         "kubelet/start": kubelet.start,
     }
 
+    # Two overlapping kubelet/start calls would each see it stopped and start a server on the
+    # same socket path; the loser's server, dropped, would later delete the winner's socket.
+    node_lock = threading.Lock()
+
+    def run_node_action(action: Callable[[], None]) -> None:
+        with node_lock:
+            action()
+
     def node_state() -> dict[str, bool]:
         return {
             "driver_loaded": nvml.driver_loaded,
@@ -196,8 +220,8 @@ def add_control_routes(app: web.Application, nvml: FakeNvml, kubelet: FakeKubele
         name = f"{request.match_info['part']}/{request.match_info['action']}"
         if name not in node_actions:
             known = ", ".join(node_actions)
-            raise web.HTTPNotFound(text=f"unknown action {name!r} (known: {known})\n")
-        await asyncio.to_thread(node_actions[name])
+            raise web.HTTPNotFound(text=f"unknown action {shown(name)} (known: {known})\n")
+        await asyncio.to_thread(run_node_action, node_actions[name])
         return web.json_response(node_state())
 
     app.router.add_get(f"{PREFIX}/gpus", list_gpus)

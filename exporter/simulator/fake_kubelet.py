@@ -48,15 +48,20 @@ class KubeletFaults:
     unhealthy_gpus: set[str] = field(default_factory=set)
 
 
+# CPU IDs of padding pods: 1,000 numbers of four varint bytes each, so a pod is about 4 KB on the
+# wire and a 16 MiB answer stays inside the exporter's answer bounds (5,000 pods, 4 Mi numbers).
+_PADDING_CPU_IDS = tuple(range(1 << 21, (1 << 21) + 1000))
+
+
 @functools.lru_cache(maxsize=2)
 def _padding(count: int) -> tuple[api_pb2.PodResources, ...]:
-    """Device-less pods, about 110 bytes each on the wire; built once per count because a
-    16 MiB response takes 150,000 of them and over a second to build."""
+    """Device-less pods, about 4 KB each on the wire; built once per count because a 16 MiB
+    response takes over 4,000 of them."""
     return tuple(
         api_pb2.PodResources(
             name=f"padding-pod-{i:06d}-" + "x" * 40,
             namespace="padding",
-            containers=[api_pb2.ContainerResources(name="c" * 30, cpu_ids=[1, 2, 3])],
+            containers=[api_pb2.ContainerResources(name="c" * 30, cpu_ids=_PADDING_CPU_IDS)],
         )
         for i in range(count)
     )
@@ -236,6 +241,10 @@ class FakeKubelet:
     # ---- Server lifecycle ----
 
     def start(self) -> FakeKubelet:
+        if self._server is not None:
+            # Already serving. Starting again would unlink the live socket and bind a new one;
+            # the dropped server, when gRPC reaps it about a second later, deletes that path.
+            return self
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         if self.socket_path.exists():
             self.socket_path.unlink()

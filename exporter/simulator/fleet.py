@@ -82,7 +82,8 @@ class _Parser:
             raise self._fail(path, f"expected a mapping, got {_kind(value)}")
         for key in value:
             if key not in allowed:
-                name = str(key)[:SHOWN_KEY]
+                # repr's escapes keep a key with a newline in it on the error's one line.
+                name = repr(str(key))[1:-1][:SHOWN_KEY]
                 raise self._fail(
                     name if path == "(top level)" else f"{path}.{name}",
                     f"unknown field (allowed: {', '.join(sorted(allowed))})",
@@ -95,6 +96,12 @@ class _Parser:
         if not low <= value <= high:
             raise self._fail(path, f"{small_yaml.shown(value)} is out of range [{low}, {high}]")
         return float(value)
+
+    def _whole(self, value: Any, path: str, low: int, high: int) -> int:
+        number = self._number(value, path, low, high)
+        if isinstance(value, float):
+            raise self._fail(path, f"expected a whole number, got {small_yaml.shown(value)}")
+        return int(number)
 
     def fleet(self, doc: Any) -> FleetSpec:
         if doc is None:
@@ -113,7 +120,7 @@ class _Parser:
                 "driver_version",
                 f'{small_yaml.shown(driver)} is not a driver version like "550.54.15" (quote it)',
             )
-        seed = int(self._number(top.get("seed", 1), "seed", 0, 2**31 - 1))
+        seed = self._whole(top.get("seed", 1), "seed", 0, 2**31 - 1)
         latency = self._mapping(top.get("latency", {}), "latency", {"call_us", "pcie_window_ms"})
         call_us = self._number(latency.get("call_us", 100), "latency.call_us", 0, 1_000_000)
         pcie_ms = self._number(
@@ -139,9 +146,7 @@ class _Parser:
                 f"{path}.model",
                 f"unknown GPU model {small_yaml.shown(model_name)} (known: {', '.join(MODELS)})",
             )
-        count = int(self._number(gpu.get("count", 1), f"{path}.count", 1, MAX_GPUS))
-        if isinstance(gpu.get("count", 1), float):
-            raise self._fail(f"{path}.count", "expected a whole number")
+        count = self._whole(gpu.get("count", 1), f"{path}.count", 1, MAX_GPUS)
         workload = gpu.get("workload", "training")
         if workload not in WORKLOADS:
             raise self._fail(
@@ -163,6 +168,15 @@ class _Parser:
                 raise self._fail(
                     f"{path}.mig", f"MIG on {model.name} needs driver R{minimum} or newer"
                 )
+            for i, name in enumerate(mig):
+                # Checked here rather than left to place(), whose message would echo it whole.
+                if model.profile(name) is None:
+                    valid = ", ".join(p.name for p in model.mig_profiles)
+                    raise self._fail(
+                        f"{path}.mig[{i}]",
+                        f"unknown MIG profile {small_yaml.shown(name)} for {model.name} "
+                        f"(valid: {valid})",
+                    )
             try:
                 placed = place(model, mig)
             except MigLayoutError as exc:

@@ -1,13 +1,26 @@
 """HTTP basic auth against bcrypt hashes, as an aiohttp middleware.
 
 bcrypt is slow on purpose (about 70 ms at cost 10), so checks run on a small thread pool, never
-on the event loop, and at most `max_concurrent` at a time: a flood of wrong passwords queues
-instead of starving scrapes or piling up threads (a slot is held until its check really ends,
-even if the client hung up). A successful check is remembered by a SHA-256
-digest of user and password (never the password), so a Prometheus scraping every 15 s pays
-bcrypt once. An unknown user costs the same bcrypt check as a known one, against the costliest
-configured hash, and the user name is compared in constant time, so timing tells nothing about
-who exists.
+on the event loop, and at most `max_concurrent` at a time (a slot is held until its check really
+ends, even if the client hung up, so hanging up cannot let more work in). A successful check is
+remembered by a SHA-256 digest of user and password (never the password), so a Prometheus
+scraping every 15 s pays bcrypt once. An unknown user costs the same bcrypt check as a known one,
+against the costliest configured hash, and the user name is compared in constant time, so timing
+tells nothing about who exists.
+
+A flood of wrong passwords must not starve the first check of a correct one, which after every
+restart is not cached yet. So checks that must wait are not served first come, first served:
+
+- one client address (an IPv6 /64 counts as one) may have at most `per_client` checks waiting
+  or running; more get 429 at once, without bcrypt;
+- waiting checks are served fewest failures first: an address whose passwords have failed goes
+  behind every address that has not (ties in arrival order), so a flood from elsewhere delays a
+  legitimate first check by at most the checks already running;
+- at most `max_waiting` checks wait in all; when full, a newcomer from an address with fewer
+  failures displaces the worst-placed waiter (which gets 429), and otherwise gets 429 itself.
+
+The user name plays no part in the order: precedence for existing users would tell a flooding
+client which names exist.
 """
 
 from __future__ import annotations
@@ -16,10 +29,13 @@ import asyncio
 import base64
 import binascii
 import hashlib
+import heapq
 import hmac
+import ipaddress
+import itertools
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import bcrypt
 from aiohttp import web
@@ -27,8 +43,14 @@ from aiohttp import web
 REALM = "kube-gpu-exporter"
 # bcrypt only reads 72 bytes; longer passwords are refused rather than silently truncated.
 MAX_PASSWORD_BYTES = 72
+# Past this, an address's failures all rank the same; it only has to sort behind clean ones.
+MAX_SCORE = 1_000
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class TooManyChecks(Exception):
+    """This client address has its share of password checks waiting, or the queue is full."""
 
 
 def parse_authorization(header: str) -> tuple[str, str] | None:
@@ -43,13 +65,32 @@ def parse_authorization(header: str) -> tuple[str, str] | None:
     return (user, password) if sep else None
 
 
+def client_key(remote: str | None) -> str:
+    """The address a client is accounted under: an IPv6 client can pick any of the 2^64
+    addresses of its /64, so the /64 is one client."""
+    if not remote:
+        return ""
+    try:
+        address = ipaddress.ip_address(remote)
+    except ValueError:
+        return remote
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
+
+
 class BasicAuth:
     def __init__(
         self,
         users: Mapping[str, bytes],
         *,
         max_concurrent: int = 2,
+        per_client: int = 32,
+        max_waiting: int = 64,
         cache_size: int = 256,
+        clients_remembered: int = 4096,
         checkpw: Callable[[bytes, bytes], bool] = bcrypt.checkpw,
     ) -> None:
         if not users:
@@ -60,10 +101,22 @@ class BasicAuth:
         self._dummy = max(self._users, key=lambda entry: entry[1][4:6])[1]
         self._checkpw = checkpw
         self._pool = ThreadPoolExecutor(max_concurrent, thread_name_prefix="bcrypt")
-        self._slots = asyncio.Semaphore(max_concurrent)
+        self._max_concurrent = max_concurrent
+        self._per_client = per_client
+        self._max_waiting = max_waiting
+        self._running = 0
+        # (failures of the client when it arrived, arrival number, woken when a slot is its own)
+        self._waiting: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._arrivals = itertools.count()
+        self._pending: dict[str, int] = {}
+        # Failed checks per client address since its last success, least recently failed first;
+        # bounded, and forgetting an address only moves it forward, never blocks it.
+        self._failures: OrderedDict[str, int] = OrderedDict()
+        self._clients_remembered = clients_remembered
         self._verified: OrderedDict[bytes, None] = OrderedDict()
         self._cache_size = cache_size
         self.bcrypt_checks = 0
+        self.refused = 0
 
     def _lookup(self, user: bytes) -> bytes | None:
         # Every name is compared, each in constant time, whatever matches.
@@ -73,7 +126,9 @@ class BasicAuth:
                 found = hashed
         return found
 
-    async def verify(self, user: str, password: str) -> bool:
+    async def verify(self, user: str, password: str, client: str = "") -> bool:
+        """Whether `user` and `password` match; raises TooManyChecks instead of queueing more
+        checks for `client` (a key from client_key) than its share."""
         user_bytes, secret = user.encode(), password.encode()
         digest = hashlib.sha256(user_bytes + b"\0" + secret).digest()
         if digest in self._verified:
@@ -82,30 +137,112 @@ class BasicAuth:
         stored = self._lookup(user_bytes)
         # An unknown user still pays one real bcrypt check.
         against = stored if stored is not None else self._dummy
-        await self._slots.acquire()
+        if self._pending.get(client, 0) >= self._per_client:
+            self.refused += 1
+            raise TooManyChecks
+        self._pending[client] = self._pending.get(client, 0) + 1
+        try:
+            await self._take_slot(client)
+        except BaseException:
+            self._forget(client)
+            raise
         try:
             future = asyncio.get_running_loop().run_in_executor(
                 self._pool, self._checkpw, secret[:MAX_PASSWORD_BYTES], against
             )
         except BaseException:
-            self._slots.release()
+            self._give_back_slot()
+            self._forget(client)
             raise
         self.bcrypt_checks += 1
-        # The slot frees when the thread is done, not when this request is: a client that hangs
-        # up mid-check must not let more work into the pool's queue.
-        future.add_done_callback(lambda _: self._slots.release())
+        long_enough = len(secret) <= MAX_PASSWORD_BYTES and stored is not None
+
+        def finished(done: asyncio.Future[bool] | Future[bool]) -> None:
+            # Here, not after the await below: a client that hangs up mid-check still holds its
+            # slot until the thread is done, and its failure still counts against its address.
+            self._give_back_slot()
+            self._forget(client)
+            if done.cancelled() or done.exception() is not None:
+                return
+            self._record(client, bool(done.result()) and long_enough)
+
+        future.add_done_callback(finished)
         matches = await asyncio.shield(future)
-        ok = matches and stored is not None and len(secret) <= MAX_PASSWORD_BYTES
+        ok = matches and long_enough
         if ok:
             self._verified[digest] = None
             if len(self._verified) > self._cache_size:
                 self._verified.popitem(last=False)
         return ok
 
+    async def _take_slot(self, client: str) -> None:
+        if self._running < self._max_concurrent and not self._live_waiters():
+            self._running += 1
+            return
+        entry = (min(self._failures.get(client, 0), MAX_SCORE), next(self._arrivals))
+        if self._live_waiters() >= self._max_waiting:
+            worst = max(self._waiting)
+            if worst[:2] <= entry:
+                self.refused += 1
+                raise TooManyChecks
+            self._waiting.remove(worst)
+            heapq.heapify(self._waiting)
+            self.refused += 1
+            worst[2].set_exception(TooManyChecks())
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (*entry, woken))
+        try:
+            await woken
+        except asyncio.CancelledError:
+            if woken.done() and not woken.cancelled() and woken.exception() is None:
+                # The slot was handed over just as this request was cancelled: pass it on.
+                self._give_back_slot()
+            raise
+
+    def _live_waiters(self) -> int:
+        if any(woken.done() for _, _, woken in self._waiting):
+            self._waiting = [entry for entry in self._waiting if not entry[2].done()]
+            heapq.heapify(self._waiting)
+        return len(self._waiting)
+
+    def _give_back_slot(self) -> None:
+        self._running -= 1
+        while self._waiting and self._running < self._max_concurrent:
+            _, _, woken = heapq.heappop(self._waiting)
+            if not woken.done():
+                self._running += 1
+                woken.set_result(None)
+
+    def _forget(self, client: str) -> None:
+        left = self._pending[client] - 1
+        if left:
+            self._pending[client] = left
+        else:
+            del self._pending[client]
+
+    def _record(self, client: str, ok: bool) -> None:
+        if ok:
+            self._failures.pop(client, None)
+            return
+        self._failures[client] = self._failures.get(client, 0) + 1
+        self._failures.move_to_end(client)
+        if len(self._failures) > self._clients_remembered:
+            self._failures.popitem(last=False)
+
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         credentials = parse_authorization(request.headers.get("Authorization", ""))
-        if credentials is None or not await self.verify(*credentials):
+        try:
+            ok = credentials is not None and await self.verify(
+                *credentials, client=client_key(request.remote)
+            )
+        except TooManyChecks:
+            raise web.HTTPTooManyRequests(
+                text="429 Too Many Requests: too many password checks from this address at "
+                "once; retry in a second\n",
+                headers={"Retry-After": "1"},
+            ) from None
+        if not ok:
             raise web.HTTPUnauthorized(
                 text="401 Unauthorized\n",
                 headers={"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"'},

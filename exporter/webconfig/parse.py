@@ -17,6 +17,16 @@ MAX_FILE_BYTES = 1 << 20
 # Modular crypt format of bcrypt: $2a$/$2b$/$2y$, a two-digit cost, 53 characters of salt+hash.
 BCRYPT_HASH = re.compile(r"^\$2[aby]\$(0[4-9]|[12]\d|3[01])\$[./A-Za-z0-9]{53}$")
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+# The response headers exporter-toolkit lets a web config set, spelled as it wants them, with the
+# values it accepts where it checks them (empty: any one-line value). Anything else, such as
+# Content-Type, Content-Length or Content-Encoding, would corrupt the responses it is set on.
+SETTABLE_HEADERS: dict[str, tuple[str, ...]] = {
+    "Content-Security-Policy": (),
+    "Strict-Transport-Security": (),
+    "X-Content-Type-Options": ("nosniff",),
+    "X-Frame-Options": ("deny", "sameorigin"),
+    "X-XSS-Protection": (),
+}
 
 TLS_KEYS = {
     "cert_file",
@@ -98,18 +108,22 @@ class _Reader:
         named here rather than in OpenSSL's one error for the certificate and key together."""
         # Relative paths are relative to the web config file, as in exporter-toolkit.
         path = self.path.parent / self.string(value, key)
-        if not path.is_file():
+        if not path.exists():
             raise self.fail(key, f"{path} does not exist")
         try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise self.fail(key, f"{path}: cannot read: {exc.strerror}") from None
+            # Bounded, and a regular file only: a FIFO or /dev/zero here would hang or fill memory.
+            data = small_yaml.read_bytes(path, MAX_PEM_BYTES)
+        except small_yaml.YamlRefused as exc:
+            raise self.fail(key, f"{path}: {exc}") from None
         if not PEM[kind].search(data):
             raise self.fail(key, f"{path} holds no PEM {kind}")
         if kind == "private key" and b"ENCRYPTED" in data:
             raise self.fail(key, f"{path}: encrypted private keys are not supported")
         return path
 
+
+# A certificate chain with its CA bundle is a few tens of KB; 1 MiB leaves room for large bundles.
+MAX_PEM_BYTES = 1 << 20
 
 PEM = {
     "certificate": re.compile(
@@ -221,10 +235,20 @@ def _headers(reader: _Reader, value: Any) -> tuple[tuple[str, str], ...]:
         raise reader.fail(f"{section}.headers", "expected a mapping of header: value")
     pairs = []
     for name, text in headers.items():
-        key = f"{section}.headers.{name}"
+        short = isinstance(name, str) and len(name) <= small_yaml.SHOWN_CHARS
+        key = f"{section}.headers.{name if short else small_yaml.shown(name)}"
         if not isinstance(name, str) or not HEADER_NAME.match(name):
             raise reader.fail(key, "is not a valid HTTP header name")
+        if name not in SETTABLE_HEADERS:
+            spelled = {allowed.lower(): allowed for allowed in SETTABLE_HEADERS}.get(name.lower())
+            hint = f"write it {spelled}" if spelled else f"allowed: {', '.join(SETTABLE_HEADERS)}"
+            raise reader.fail(key, f"this header cannot be configured ({hint})")
         if not isinstance(text, str) or any(c in text for c in "\r\n"):
             raise reader.fail(key, "expected a one-line string")
+        values = SETTABLE_HEADERS[name]
+        if values and text not in values:
+            raise reader.fail(
+                key, f"{small_yaml.shown(text)} is not one of {', '.join(map(repr, values))}"
+            )
         pairs.append((name, text))
     return tuple(pairs)

@@ -97,7 +97,7 @@ def _scrape_wired(config: Config) -> str:
         poller.run_helpers_once()
         poller.run_helpers_once()
         store.publish(poller.sweep())
-        app = build_app(store, config.web, lambda: True)
+        app = build_app(store, config.web, lambda: None)
         return asyncio.run(_get(app, config.web.telemetry_path))
     finally:
         poller.stop()

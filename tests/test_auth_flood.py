@@ -1,0 +1,166 @@
+"""A flood of wrong passwords, over real HTTP on loopback from several source addresses (Linux
+routes all of 127.0.0.0/8 to lo), must not starve the first check of a correct password: the
+state after every restart, when no success is cached yet."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import bcrypt
+import pytest
+from aiohttp import web
+
+from exporter.webconfig.basic_auth import BasicAuth, client_key
+from tests.test_process import free_port
+
+PASSWORD = b"correct horse"
+HASH = bcrypt.hashpw(PASSWORD, bcrypt.gensalt(4))
+PROMETHEUS = "127.0.0.1"
+ATTACKER = "127.0.0.2"
+
+
+class Gate:
+    """A bcrypt stand-in that records the order checks get a thread in, and holds every check
+    while closed, so a queue builds up behind the running ones deterministically."""
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+        self.open.set()
+        self.order: list[bytes] = []
+
+    def checkpw(self, password: bytes, hashed: bytes) -> bool:
+        self.order.append(password)
+        if not self.open.wait(10):
+            raise TimeoutError("the test never opened the gate")
+        return bcrypt.checkpw(password, hashed)
+
+
+class Served:
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.arrived = 0  # requests that reached basic auth
+
+    async def get(self, password: bytes, source: str) -> tuple[int, str]:
+        """Status line and headers of GET /metrics with `password`, sent from `source`."""
+        token = base64.b64encode(b"prometheus:" + password).decode()
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", self.port, local_addr=(source, 0)
+        )
+        try:
+            writer.write(
+                f"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {token}\r\n"
+                "Connection: close\r\n\r\n".encode()
+            )
+            head = (await reader.readuntil(b"\r\n\r\n")).decode()
+            return int(head.split()[1]), head
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[BasicAuth], Awaitable[Served]]]:
+    runners: list[web.AppRunner] = []
+
+    async def start(auth: BasicAuth) -> Served:
+        served = Served(free_port())
+
+        @web.middleware
+        async def count(request: web.Request, handler):
+            served.arrived += 1
+            return await handler(request)
+
+        async def metrics(request: web.Request) -> web.Response:
+            return web.Response(text="DCGM_FI_DEV_GPU_TEMP 40\n")
+
+        app = web.Application(middlewares=[count, auth.middleware])
+        app.router.add_get("/metrics", metrics)
+
+        async def close(_app: web.Application) -> None:
+            auth.close()
+
+        app.on_cleanup.append(close)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        runners.append(runner)
+        await web.TCPSite(runner, "127.0.0.1", served.port).start()
+        return served
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+async def until(what: str, condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {timeout}s: {what}")
+        await asyncio.sleep(0.01)
+
+
+async def test_a_flood_from_elsewhere_does_not_delay_a_correct_first_check(serve, tmp_path):
+    gate = Gate()
+    auth = BasicAuth({"prometheus": HASH}, checkpw=gate.checkpw)
+    served = await serve(auth)
+    # The attacker has been at it for a while: its earlier guesses failed.
+    for guess in range(5):
+        assert (await served.get(b"warm-up %d" % guess, ATTACKER))[0] == 401
+    gate.order.clear()
+    gate.open.clear()
+    flood = [asyncio.create_task(served.get(b"guess %d" % i, ATTACKER)) for i in range(100)]
+    await until("100 flood requests at basic auth", lambda: served.arrived == 105)
+    await until("both bcrypt threads busy", lambda: len(gate.order) == 2)
+    right = asyncio.create_task(served.get(PASSWORD, PROMETHEUS))
+    await until("the correct password at basic auth", lambda: served.arrived == 106)
+    gate.open.set()
+    assert (await right)[0] == 200
+    # Checked as soon as one of the two running checks ended, before any queued guess. Before,
+    # it waited for all 98 queued ones: 14 s at bcrypt cost 10 with 450 of them.
+    assert gate.order.index(PASSWORD) == 2, gate.order[:5]
+    answers = await asyncio.gather(*flood)
+    statuses = collections.Counter(status for status, _ in answers)
+    # Two running and 30 waiting: the rest were refused at once, without bcrypt.
+    assert statuses == {401: 32, 429: 68}
+    refused = next(head for status, head in answers if status == 429)
+    assert "Retry-After: 1" in refused
+    assert auth.bcrypt_checks == 5 + 32 + 1
+
+
+async def test_a_full_queue_makes_room_for_an_address_without_failures(serve):
+    gate = Gate()
+    auth = BasicAuth({"prometheus": HASH}, per_client=4, max_waiting=4, checkpw=gate.checkpw)
+    served = await serve(auth)
+    others = ("127.0.0.2", "127.0.0.3")
+    for source in others:
+        assert (await served.get(b"warm-up", source))[0] == 401
+    gate.order.clear()
+    gate.open.clear()
+    first = [asyncio.create_task(served.get(b"a %d" % i, others[0])) for i in range(4)]
+    await until("first address queued", lambda: served.arrived == 6)
+    second = [asyncio.create_task(served.get(b"b %d" % i, others[1])) for i in range(4)]
+    # Two of the second address's requests fill the queue; its other two find it full and, with
+    # no fewer failures than any waiter, are refused.
+    await until("queue full", lambda: sum(task.done() for task in second) == 2)
+    right = asyncio.create_task(served.get(PASSWORD, PROMETHEUS))
+    # No room, but every waiter's address has failed: the newest of them makes way.
+    await until("a waiter displaced", lambda: sum(task.done() for task in second) == 3)
+    gate.open.set()
+    assert (await right)[0] == 200
+    assert gate.order.index(PASSWORD) == 2, gate.order
+    assert [status for status, _ in await asyncio.gather(*first)] == [401] * 4
+    statuses = collections.Counter(status for status, _ in await asyncio.gather(*second))
+    assert statuses == {401: 1, 429: 3}
+
+
+def test_an_ipv6_client_is_accounted_by_its_slash_64():
+    assert (
+        client_key("2001:db8:1:2::1") == client_key("2001:db8:1:2:ffff::7") == "2001:db8:1:2::/64"
+    )
+    assert client_key("2001:db8:1:3::1") != client_key("2001:db8:1:2::1")
+    assert client_key("::ffff:10.0.0.1") == client_key("10.0.0.1") == "10.0.0.1"
+    assert client_key(None) == ""
