@@ -7,6 +7,7 @@ from __future__ import annotations
 from alerts import templates
 from alerts.rule_types import Alert, Group
 from bundle.config import BundleConfig
+from bundle.dcgm_units import number
 from bundle.promql import QueryBuilder, regex_of
 
 
@@ -185,8 +186,8 @@ def group(config: BundleConfig) -> Group:
             Alert(
                 "GPUAllocatedIdle",
                 f"max {queries.by(*queries.gpu_key, 'GPU_I_ID', queries.namespace, queries.pod)} "
-                f"({queries.busy_percent(over=thresholds.idle_window)})"
-                f" < {thresholds.idle_utilization_percent:g}",
+                f"({queries.busy(over=thresholds.idle_window)})"
+                f" < {number(queries.utilization(thresholds.idle_utilization_percent))}",
                 thresholds.idle_for,
                 severity.info,
                 "A GPU is allocated to a pod that does not use it.",

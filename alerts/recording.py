@@ -2,16 +2,20 @@
 pre-aggregated series per node or namespace instead of every device series of a 1,000-node fleet.
 
 Names follow `level:metric:operations`. The level names the labels kept; the exporter's host
-label is copied to `node`, the name kube-state-metrics uses, so the two join directly.
+label is copied to `node`, the name kube-state-metrics uses, so the two join directly. A record
+about a DCGM family carries the profile's spelling of it (`QueryBuilder.name`), and its values are
+in that family's unit under the profile (a ratio for 4.9's utilization, percent before).
 """
 
 from __future__ import annotations
 
 from alerts.rule_types import Group, Record
 from bundle.config import BundleConfig
+from bundle.dcgm_units import number
 from bundle.promql import QueryBuilder
 
-# Recorded names the dashboards read; kept here so a rename cannot miss a panel.
+# Recorded names the dashboards read; kept here so a rename cannot miss a panel. They name DCGM
+# families by their classic names; `QueryBuilder.name` gives the profile's.
 PHYSICAL = "node:kube_gpu_exporter_node_physical_gpus:max"
 ANSWERING = "node:kube_gpu_exporter_device_up:sum"
 OFFERED = "node:kube_gpu_exporter_allocatable_gpus:sum"
@@ -28,7 +32,7 @@ NS_IDLE = "namespace:kube_gpu_exporter_allocated_idle_gpus:sum"
 WORKLOAD_ALLOCATED = "namespace_workload:kube_gpu_exporter_allocated_devices:count"
 WORKLOAD_UTIL = "namespace_workload:DCGM_FI_DEV_GPU_UTIL:avg"
 PENDING = "namespace_resource:kube_pod_container_resource_requests_gpu_pending:sum"
-# One held device's utilization (`busy_percent`) averaged, and peaked, over each history window
+# One held device's utilization (`QueryBuilder.busy`) averaged, and peaked, over each history window
 # (`dashboards.device_history_window`). The window stays out of the name, so a shorter one (the
 # local stack's) does not rename the series the committed dashboards read.
 DEVICE_BUSY_AVG = "pod_device:DCGM_FI_DEV_GPU_UTIL:avg_over_window"
@@ -76,7 +80,7 @@ def node_groups(config: BundleConfig) -> Group:
             ),
             Record(MIG, from_exporter("kube_gpu_exporter_node_mig_instances", "profile")),
             Record(
-                NODE_UTIL,
+                q.name(NODE_UTIL),
                 f"avg {per_node} ({q.as_node(q.exporter('DCGM_FI_DEV_GPU_UTIL'))})",
             ),
             # Cordoned nodes keep their free GPUs but cannot take new pods.
@@ -118,7 +122,7 @@ def usage_group(config: BundleConfig) -> Group:
     th = config.thresholds
     allocation = q.exporter("kube_gpu_exporter_pod_device_allocation")
     # Whole GPUs by NVML utilization, MIG instances by GPM engine activity where available.
-    busy = q.busy_percent()
+    busy = q.busy()
     owner = ("owner_kind", "owner_name")
     device = (host, "UUID", "GPU_I_ID")
     requests = q.ksm(
@@ -135,13 +139,13 @@ def usage_group(config: BundleConfig) -> Group:
                 f"count {q.by(ns, 'resource')} (max {q.by(*device, ns, 'resource')} "
                 f"({allocation}))",
             ),
-            Record(NS_UTIL, f"avg {q.by(ns)} ({busy})"),
+            Record(q.name(NS_UTIL), f"avg {q.by(ns)} ({busy})"),
             # `< bool` keeps a 0 for namespaces with no idle GPU, so panels show a flat line.
             Record(
                 NS_IDLE,
                 f"sum {q.by(ns)} (max {q.by(host, 'UUID', 'GPU_I_ID', ns, pod)} "
-                f"({q.busy_percent(over=th.idle_window)}) < bool "
-                f"{th.idle_utilization_percent:g})",
+                f"({q.busy(over=th.idle_window)}) < bool "
+                f"{number(q.utilization(th.idle_utilization_percent))})",
             ),
             # Owners come from the exporter's Kubernetes enrichment (--kubernetes).
             Record(
@@ -151,7 +155,7 @@ def usage_group(config: BundleConfig) -> Group:
             # `group`, not `max`: an allocation's value is the container's replica count, and
             # the join must only copy the owner labels, never scale the utilization.
             Record(
-                WORKLOAD_UTIL,
+                q.name(WORKLOAD_UTIL),
                 f"avg {q.by(ns, *owner)} ({busy} * {q.on(host, 'UUID', ns, pod)} "
                 f"group_left ({', '.join(owner)}) group {q.by(host, 'UUID', ns, pod, *owner)} "
                 f"({allocation}))",
@@ -179,10 +183,10 @@ def device_history_group(config: BundleConfig) -> Group:
         "kube-gpu-exporter-device-history.rules",
         (
             Record(
-                DEVICE_BUSY_AVG,
-                f"max {q.by(*device)} ({q.busy_percent(over=window, fn='avg_over_time')})",
+                q.name(DEVICE_BUSY_AVG),
+                f"max {q.by(*device)} ({q.busy(over=window, fn='avg_over_time')})",
             ),
-            Record(DEVICE_BUSY_MAX, f"max {q.by(*device)} ({q.busy_percent(over=window)})"),
+            Record(q.name(DEVICE_BUSY_MAX), f"max {q.by(*device)} ({q.busy(over=window)})"),
         ),
         interval=window,
     )

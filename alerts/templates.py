@@ -29,7 +29,7 @@ def gpu(config: BundleConfig, instance: bool = False) -> str:
             "{{ with $labels.GPU_I_ID }} MIG instance {{ . }}"
             "{{ with $labels.GPU_I_PROFILE }} ({{ . }}){{ end }}{{ end }}"
         )
-    return text + f" on node {label(config.labels.hostname)}" + in_cluster(config)
+    return text + f" on node {label(config.host_label)}" + in_cluster(config)
 
 
 def holders(config: BundleConfig, instance: bool = False) -> str:
@@ -38,10 +38,10 @@ def holders(config: BundleConfig, instance: bool = False) -> str:
     matchers = [
         config.selectors.exporter,
         f"{labels.cluster}=%q",
-        f"{labels.hostname}=%q",
+        f"{config.host_label}=%q",
         "UUID=%q",
     ]
-    args = [f"$labels.{labels.cluster}", f"$labels.{labels.hostname}", "$labels.UUID"]
+    args = [f"$labels.{labels.cluster}", f"$labels.{config.host_label}", "$labels.UUID"]
     if instance:
         matchers.append("GPU_I_ID=%q")
         args.append("$labels.GPU_I_ID")

@@ -21,9 +21,12 @@ from typing import Any
 import pynvml
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
+from exporter.dcgm_compat import DEFAULT_PROFILE
 from exporter.nvml.device_reader import field_value
 
 log = logging.getLogger(__name__)
+# The exporter's default host label, so both serve the same label names.
+HOST_LABEL = DEFAULT_PROFILE.host_label
 
 LABELS = (
     "gpu",
@@ -33,7 +36,7 @@ LABELS = (
     "modelName",
     "GPU_I_PROFILE",
     "GPU_I_ID",
-    "Hostname",
+    HOST_LABEL,
     "container",
     "namespace",
     "pod",
@@ -288,7 +291,7 @@ class BaselineExporter:
                 "modelName": _text(pynvml.nvmlDeviceGetName(handle)),
                 "GPU_I_PROFILE": "",
                 "GPU_I_ID": "",
-                "Hostname": self._node,
+                HOST_LABEL: self._node,
             }
             try:
                 mig_enabled = pynvml.nvmlDeviceGetMigMode(handle)[0] == 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from exporter import __version__
+from exporter.dcgm_compat import DEFAULT_VERSION, DcgmVersion, Profile, profile
 
 
 class BundleConfigError(ValueError):
@@ -27,9 +28,10 @@ class Selectors:
 @dataclass(frozen=True, slots=True)
 class LabelNames:
     cluster: str = "cluster"
-    # The exporter's node label (`--host-label`): "Hostname" like dcgm-exporter <= 4.8.2, or
-    # "hostname" like >= 4.8.3. kube-state-metrics calls the same thing `node`.
-    hostname: str = "Hostname"
+    # The exporter's node label (`--host-label`). None follows the bundle's dcgm-exporter profile:
+    # "Hostname" for 4.8.2, "hostname" from 4.8.3 (read the resolved name from
+    # `BundleConfig.host_label`). kube-state-metrics calls the same thing `node`.
+    hostname: str | None = None
     node: str = "node"
     # With honor_labels: false Prometheus renames these to exported_pod / exported_namespace.
     pod: str = "pod"
@@ -83,7 +85,8 @@ class Thresholds:
     temperature_critical_for: str = "5m"
     memory_full_ratio: float = 0.95
     memory_full_for: str = "15m"
-    # Allocated but idle: peak utilization below this over the idle window, for this long.
+    # Allocated but idle: peak utilization below this over the idle window, for this long. In
+    # percent whatever the profile; queries compare it in the profile's unit (0.01 for 4.9's ratio).
     idle_utilization_percent: float = 1
     idle_window: str = "10m"
     idle_for: str = "1h"
@@ -154,6 +157,9 @@ class Deployment:
 
 @dataclass(frozen=True, slots=True)
 class BundleConfig:
+    # The dcgm-exporter release the exporter imitates (`--compat.dcgm-exporter`): it decides the
+    # DCGM metric names, their units and the default host label of every generated query.
+    dcgm_version: str = DEFAULT_VERSION.value
     selectors: Selectors = field(default_factory=Selectors)
     labels: LabelNames = field(default_factory=LabelNames)
     resources: Resources = field(default_factory=Resources)
@@ -169,6 +175,13 @@ class BundleConfig:
     )
 
     def __post_init__(self) -> None:
+        versions = [v.value for v in DcgmVersion]
+        if self.dcgm_version not in versions:
+            raise BundleConfigError(
+                f"dcgm_version {self.dcgm_version!r} is not one of {', '.join(versions)}"
+            )
+        if self.labels.hostname is not None and not self.labels.hostname.strip():
+            raise BundleConfigError("labels.hostname is empty: set a label name or None")
         for name in ("exporter", "kube_state_metrics"):
             value = getattr(self.selectors, name)
             if not value.strip():
@@ -182,6 +195,15 @@ class BundleConfig:
         for key, uid in self.dashboards.uids.items():
             if not 0 < len(uid) <= 40:
                 raise BundleConfigError(f"dashboard uid for {key} must be 1-40 characters")
+
+    @property
+    def profile(self) -> Profile:
+        return profile(self.dcgm_version)
+
+    @property
+    def host_label(self) -> str:
+        """The exporter's node label: set explicitly, or the profile's."""
+        return self.labels.hostname or self.profile.host_label
 
 
 DEFAULT = BundleConfig()

@@ -1,11 +1,18 @@
-"""PromQL building blocks that take their selectors and label names from the bundle config, so
-no query in the bundle spells a job name or a label name itself."""
+"""PromQL building blocks that take their selectors, label names and DCGM metric spellings from
+the bundle config, so no query in the bundle spells a job name, a label name or a profile's
+metric name itself: queries name the classic family and the builder writes the profile's."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 from bundle.config import BundleConfig
+from bundle.dcgm_units import Spelled, number, rename, scaled, spelled, unit_factor
+from exporter.dcgm_compat import Profile
+
+UTILIZATION = "DCGM_FI_DEV_GPU_UTIL"
+ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 
 
 def _matchers(base: str, extra: tuple[str, ...]) -> str:
@@ -27,7 +34,7 @@ class QueryBuilder:
 
     @property
     def host(self) -> str:
-        return self.config.labels.hostname
+        return self.config.host_label
 
     @property
     def node(self) -> str:
@@ -52,6 +59,33 @@ class QueryBuilder:
     def gpu_key(self) -> tuple[str, ...]:
         return (self.host, "gpu", "UUID")
 
+    # ---- the profile's names and units ----
+    @property
+    def profile(self) -> Profile:
+        return self.config.profile
+
+    def name(self, metric: str) -> str:
+        """A classic DCGM family name, or a recorded name carrying one, as the profile spells it."""
+        return rename(self.profile, metric)
+
+    def spelled(self, metric: str) -> Spelled:
+        return spelled(self.profile, metric)
+
+    @property
+    def utilization_unit(self) -> str:
+        """The unit GPU utilization, and every recorded series derived from it, is in."""
+        return self.spelled(UTILIZATION).unit
+
+    def utilization(self, percent: float) -> Fraction:
+        """A utilization given in percent, in the profile's utilization unit (1 % -> 0.01)."""
+        return Fraction(str(percent)) * unit_factor("%", "%", self.utilization_unit)
+
+    def display(self, metric: str, expr: str | None = None) -> tuple[str, str]:
+        """(`expr`, by default the metric's selector, scaled to the unit a panel shows; that
+        unit's Grafana id)."""
+        factor, unit = self.spelled(metric).display
+        return scaled(expr if expr is not None else self.device(metric), factor), unit
+
     # ---- selectors ----
     def _cluster_filter(self) -> tuple[str, ...]:
         return (f'{self.cluster}=~"$cluster"',) if self.dashboard else ()
@@ -59,7 +93,7 @@ class QueryBuilder:
     def exporter(self, metric: str, *extra: str) -> str:
         """A series of this exporter; in dashboards also filtered by the cluster variable."""
         base = self.config.selectors.exporter
-        return metric + _matchers(base, (*self._cluster_filter(), *extra))
+        return self.name(metric) + _matchers(base, (*self._cluster_filter(), *extra))
 
     def ksm(self, metric: str, *extra: str) -> str:
         base = self.config.selectors.kube_state_metrics
@@ -77,18 +111,22 @@ class QueryBuilder:
 
     def recorded(self, metric: str, *extra: str) -> str:
         """A recording-rule series: already aggregated, so it carries no job, only the cluster."""
-        return metric + "{" + ", ".join((*self._cluster_filter(), *extra)) + "}"
+        return self.name(metric) + "{" + ", ".join((*self._cluster_filter(), *extra)) + "}"
 
-    def busy_percent(self, *extra: str, over: str | None = None, fn: str = "max_over_time") -> str:
-        """How busy each device held by a pod is, in percent: NVML utilization on whole GPUs and,
-        where NVML has none (MIG instances), GPM's engine activity x 100 (Hopper and newer).
-        With `over`, each side becomes `fn(...[over])`, which a subquery would cost more."""
+    def busy(self, *extra: str, over: str | None = None, fn: str = "max_over_time") -> str:
+        """How busy each device held by a pod is, in the profile's utilization unit: NVML
+        utilization on whole GPUs and, where NVML has none (MIG instances), GPM's engine activity
+        (Hopper and newer), a ratio scaled to that unit. With `over`, each side becomes
+        `fn(...[over])`, which a subquery would cost more."""
         held = (f'{self.pod}!=""', *extra)
-        util = self.exporter("DCGM_FI_DEV_GPU_UTIL", *held)
-        gpm = self.exporter("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 'GPU_I_ID!=""', *held)
+        util = self.exporter(UTILIZATION, *held)
+        gpm = self.exporter(ENGINE_ACTIVE, 'GPU_I_ID!=""', *held)
         if over is not None:
             util, gpm = f"{fn}({util}[{over}])", f"{fn}({gpm}[{over}])"
-        return f"({util} or 100 * {gpm})"
+        factor = unit_factor("%", self.spelled(ENGINE_ACTIVE).unit, self.utilization_unit)
+        if factor != 1:
+            gpm = f"{number(factor)} * {gpm}"
+        return f"({util} or {gpm})"
 
     def as_node(self, expr: str) -> str:
         """Copies the exporter's host label into `node`, the name kube-state-metrics joins on."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from alerts import recording as r
 from bundle.config import BundleConfig
+from bundle.dcgm_units import plain, scaled, unit_factor
 from bundle.promql import QueryBuilder
 from dashboards import variables
 from dashboards.panels import (
@@ -38,6 +39,11 @@ def cells(config: BundleConfig) -> list[Cell]:
         return f"sum by ({q.node}) ({q.recorded(record, node_filter, *extra)})"
 
     gpu_hours = "$__range_s / 3600"
+    # Recorded utilization is in the profile's unit: percent, or a ratio under 4.9.
+    util_unit = q.display("DCGM_FI_DEV_GPU_UTIL")[1]
+    full = plain(q.utilization(100))
+    as_percent = unit_factor("%", q.utilization_unit, "%")
+    as_ratio = unit_factor("%", q.utilization_unit, "ratio")
     held_here = (ns_filter, f'{q.host}=~"$node"')
     device_labels = f"{q.namespace}, {q.pod}, {q.host}, gpu, UUID, GPU_I_ID"
     return [
@@ -233,14 +239,14 @@ def cells(config: BundleConfig) -> list[Cell]:
             "Utilization per namespace",
             "Average utilization of the whole GPUs each namespace holds. Compare with the "
             "allocation beside it to find namespaces holding GPUs they do not use.",
-            "percent",
+            util_unit,
             [
                 target(
                     q.recorded(r.NS_UTIL, ns_filter),
                     "{{" + q.namespace + "}}",
                 )
             ],
-            max_value=100,
+            max_value=full,
         ),
         table(
             "Allocation and use per workload",
@@ -254,10 +260,14 @@ def cells(config: BundleConfig) -> list[Cell]:
                     f"sum by ({q.namespace}, owner_kind, owner_name) "
                     f"({q.recorded(r.WORKLOAD_ALLOCATED, ns_filter)})",
                 ),
+                # The table's unit is a count, so utilization is shown as a number of percent.
                 TableQuery(
                     "Utilization %",
-                    f"avg by ({q.namespace}, owner_kind, owner_name) "
-                    f"({q.recorded(r.WORKLOAD_UTIL, ns_filter)})",
+                    scaled(
+                        f"avg by ({q.namespace}, owner_kind, owner_name) "
+                        f"({q.recorded(r.WORKLOAD_UTIL, ns_filter)})",
+                        as_percent,
+                    ),
                 ),
             ],
             labels={q.namespace: "Namespace", "owner_kind": "Kind", "owner_name": "Workload"},
@@ -271,7 +281,7 @@ def cells(config: BundleConfig) -> list[Cell]:
             "first: the top rows are GPUs paid for and unused. Read from "
             f"{config.dashboards.device_history_window} windows recorded by the rules, so the "
             "latest window is not in it yet.",
-            "percent",
+            util_unit,
             [
                 TableQuery(
                     "Average %",
@@ -378,7 +388,7 @@ def cells(config: BundleConfig) -> list[Cell]:
                     f"{total(r.cluster_total(r.ALLOCATABLE, 'resource'))}",
                     "allocated",
                 ),
-                target(f"avg({q.recorded(r.NODE_UTIL)}) / 100", "utilized"),
+                target(scaled(f"avg({q.recorded(r.NODE_UTIL)})", as_ratio), "utilized"),
             ],
             max_value=1,
         ),

@@ -1,11 +1,13 @@
 """GPU Devices: one node's GPUs and MIG instances in detail, with the pod using each.
 
-Units follow dcgm-exporter's (MiB, MHz, mJ, KB/s); queries scale them to bytes, hertz and watts
-so Grafana's units format them."""
+Series come in the dcgm-exporter profile's units (classic MiB, MHz, mJ, MB/s, percent; 4.9's
+bytes, hertz, joules, B/s, ratios); queries scale them to units Grafana formats (bytes, hertz,
+watts, B/s), and utilization panels show percent or a ratio as the profile publishes it."""
 
 from __future__ import annotations
 
 from bundle.config import BundleConfig
+from bundle.dcgm_units import plain
 from bundle.promql import QueryBuilder
 from dashboards import variables
 from dashboards.panels import (
@@ -21,7 +23,6 @@ from dashboards.panels import (
 
 TITLE = "Devices"
 FILE = "gpu-devices"
-MIB = 1048576
 DEVICE_LEGEND = "GPU {{gpu}}{{GPU_I_PROFILE}} {{GPU_I_ID}}"
 
 
@@ -33,7 +34,23 @@ def cells(config: BundleConfig) -> list[Cell]:
         f"({d('DCGM_FI_DEV_FB_USED')} + {d('DCGM_FI_DEV_FB_FREE')} + "
         f"{d('DCGM_FI_DEV_FB_RESERVED')})"
     )
+    fb_used, fb_unit = q.display("DCGM_FI_DEV_FB_USED")
+    fb_total, _ = q.display("DCGM_FI_DEV_FB_USED", fb_total)
+    util_unit = q.display("DCGM_FI_DEV_GPU_UTIL")[1]
+    # 100 % in the profile's utilization unit: a gauge's and a graph's full scale.
+    full = plain(q.utilization(100))
     th = config.thresholds
+
+    def per_gpu(metric: str, fn: str = "") -> tuple[str, str]:
+        """`max by (gpu)` of a metric (or of `fn` over it), in the unit its panel shows."""
+        inner = f"{fn}({d(metric)}[{rate}])" if fn else d(metric)
+        return q.display(metric, f"max by (gpu) ({inner})")
+
+    energy, energy_unit = per_gpu("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "rate")
+    sm_clock, clock_unit = per_gpu("DCGM_FI_DEV_SM_CLOCK")
+    mem_clock, _ = per_gpu("DCGM_FI_DEV_MEM_CLOCK")
+    # A rate already: DCGM publishes the throughput since its previous sample.
+    nvlink, nvlink_unit = per_gpu("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL")
 
     def this_exporter(metric: str) -> str:
         """The exporter's own series carry no node label; build_info names the node."""
@@ -90,10 +107,10 @@ def cells(config: BundleConfig) -> list[Cell]:
             "Utilization now",
             "Current GPU utilization per whole GPU. MIG instances have none in NVML; see "
             "Profiling for their GPM engine activity.",
-            "percent",
+            util_unit,
             [target(d("DCGM_FI_DEV_GPU_UTIL"), "GPU {{gpu}}")],
-            max_value=100,
-            steps=((None, "blue"), (50, "green")),
+            max_value=full,
+            steps=((None, "blue"), (plain(q.utilization(50)), "green")),
             width=12,
         ),
         gauge(
@@ -109,35 +126,35 @@ def cells(config: BundleConfig) -> list[Cell]:
         timeseries(
             "GPU utilization",
             "Share of time one or more kernels ran, per whole GPU (NVML utilization.gpu).",
-            "percent",
+            util_unit,
             [target(d("DCGM_FI_DEV_GPU_UTIL"), "GPU {{gpu}} {{" + q.pod + "}}")],
-            max_value=100,
+            max_value=full,
         ),
         timeseries(
             "Memory bandwidth utilization",
             "Share of time device memory was read or written (NVML utilization.memory).",
-            "percent",
+            q.display("DCGM_FI_DEV_MEM_COPY_UTIL")[1],
             [target(d("DCGM_FI_DEV_MEM_COPY_UTIL"), "GPU {{gpu}}")],
-            max_value=100,
+            max_value=full,
         ),
         timeseries(
             "Framebuffer memory",
             "Memory used against total (used + free + reserved), per GPU or MIG instance.",
-            "bytes",
+            fb_unit,
             [
-                target(f"{d('DCGM_FI_DEV_FB_USED')} * {MIB}", "used " + DEVICE_LEGEND),
-                target(f"{fb_total} * {MIB}", "total " + DEVICE_LEGEND),
+                target(fb_used, "used " + DEVICE_LEGEND),
+                target(fb_total, "total " + DEVICE_LEGEND),
             ],
         ),
         timeseries(
             "Encoder and decoder utilization",
             "Video encoder (NVENC) and decoder (NVDEC) utilization.",
-            "percent",
+            q.display("DCGM_FI_DEV_ENC_UTIL")[1],
             [
                 target(d("DCGM_FI_DEV_ENC_UTIL"), "encoder GPU {{gpu}}"),
                 target(d("DCGM_FI_DEV_DEC_UTIL"), "decoder GPU {{gpu}}"),
             ],
-            max_value=100,
+            max_value=full,
         ),
         row("Profiling (NVML GPM, Hopper and newer)"),
         timeseries(
@@ -155,9 +172,9 @@ def cells(config: BundleConfig) -> list[Cell]:
         ),
         timeseries(
             "Pipe and DRAM activity",
-            "Share of cycles the tensor, FP64, FP32 and FP16 pipes and the memory interface "
-            "were active (NVML GPM). Tensor-heavy means training or inference is using the "
-            "hardware it pays for.",
+            "Share of cycles any tensor pipe, the FP64, FP32 and FP16 pipes and the memory "
+            "interface were active (NVML GPM). Tensor-heavy means training "
+            "or inference is using the hardware it pays for.",
             "percentunit",
             [
                 target(d("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"), "tensor " + DEVICE_LEGEND),
@@ -193,24 +210,19 @@ def cells(config: BundleConfig) -> list[Cell]:
         ),
         timeseries(
             "Energy-based average power",
-            "Average power over each interval from the energy counter (mJ), which unlike the "
+            "Average power over each interval from the energy counter "
+            f"({q.spelled('DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION').unit}), which unlike the "
             "instantaneous draw misses no spikes.",
-            "watt",
-            [
-                target(
-                    f"max by (gpu) (rate({d('DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION')}[{rate}])) "
-                    "/ 1000",
-                    "GPU {{gpu}}",
-                )
-            ],
+            energy_unit,
+            [target(energy, "GPU {{gpu}}")],
         ),
         timeseries(
             "Clocks",
             "SM and memory clocks.",
-            "hertz",
+            clock_unit,
             [
-                target(f"max by (gpu) ({d('DCGM_FI_DEV_SM_CLOCK')}) * 1e6", "SM GPU {{gpu}}"),
-                target(f"max by (gpu) ({d('DCGM_FI_DEV_MEM_CLOCK')}) * 1e6", "memory GPU {{gpu}}"),
+                target(sm_clock, "SM GPU {{gpu}}"),
+                target(mem_clock, "memory GPU {{gpu}}"),
             ],
         ),
         row("Throttling"),
@@ -328,15 +340,10 @@ def cells(config: BundleConfig) -> list[Cell]:
         ),
         timeseries(
             "NVLink throughput",
-            "Data over all NVLink links of each GPU, both directions.",
-            "Bps",
-            [
-                target(
-                    f"max by (gpu) (rate({d('DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL')}[{rate}])) "
-                    "* 1024",
-                    "GPU {{gpu}}",
-                )
-            ],
+            "Data over all NVLink links of each GPU, both directions, as DCGM rates it between "
+            "two samples.",
+            nvlink_unit,
+            [target(nvlink, "GPU {{gpu}}")],
             width=24,
         ),
         row("Exporter"),

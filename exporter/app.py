@@ -97,6 +97,7 @@ def _kubernetes_watcher(config: Config):
         config.labels.node_name,
         label_allowlist=re.compile(allowlist) if allowlist else None,
         max_labels_per_pod=config.attribution.max_pod_labels,
+        series_labels=config.labels.pod_labels_on_series,
     )
 
 

@@ -28,6 +28,7 @@ from exporter.config import (
     LabelConfig,
     WebConfig,
 )
+from exporter.dcgm_compat import DEFAULT_VERSION, PROFILES, DcgmVersion
 from exporter.logs import LEVELS, configure_logging
 
 PROG = "kube-gpu-exporter"
@@ -206,12 +207,21 @@ def build_parser() -> argparse.ArgumentParser:
         "restarts a wedged exporter (default 60s).",
     )
     add(
+        "--compat.dcgm-exporter",
+        dest="dcgm_version",
+        choices=[v.value for v in DcgmVersion],
+        default=DEFAULT_VERSION.value,
+        help="Which dcgm-exporter release the DCGM series imitate: 4.8.2 (host label Hostname, "
+        "NVLink bandwidth a counter), 4.8.3 (hostname, a gauge; default, what the current GPU "
+        "Operator ships) or 4.9 (DCGM 4.7 names, base units, DCGM_FI_SYSTEM_DRIVER_VERSION).",
+    )
+    add(
         "--host-label",
         dest="host_label",
         choices=[h.value for h in HostLabel],
-        default=HostLabel.CLASSIC.value,
-        help="Host label on DCGM series: Hostname "
-        "(dcgm-exporter <= 4.8.2, default), hostname (>= 4.8.3) or none.",
+        default=None,
+        help="Host label on DCGM series: Hostname (dcgm-exporter <= 4.8.2), hostname "
+        "(>= 4.8.3) or none. Default: the --compat.dcgm-exporter release's.",
     )
     add(
         "--node-name",
@@ -223,9 +233,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--driver-version-label",
         dest="driver_label",
         choices=DRIVER_LABELS,
-        default="none",
-        help="Add the driver version as a label on every DCGM series (default none; it is "
-        "always on kube_gpu_exporter_device_info).",
+        default=None,
+        help="Name of the driver-version label on every DCGM series, or none. Default: the "
+        "--compat.dcgm-exporter release's (DCGM_FI_DRIVER_VERSION up to 4.8.3, "
+        "DCGM_FI_SYSTEM_DRIVER_VERSION in 4.9). Always on kube_gpu_exporter_device_info.",
     )
     add(
         "--podresources",
@@ -276,6 +287,23 @@ def build_parser() -> argparse.ArgumentParser:
         dest="pod_label_allowlist",
         default=None,
         help="Regex of pod label keys to export as label_<name> on the allocation metric.",
+    )
+    add(
+        "--kubernetes.enable-pod-uid",
+        dest="pod_uid_on_series",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="Add pod_uid to every DCGM series of a device a pod holds, like dcgm-exporter's "
+        "--kubernetes-enable-pod-uid (default off; needs --kubernetes).",
+    )
+    add(
+        "--kubernetes.enable-pod-labels",
+        dest="pod_labels_on_series",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="Add the pod's labels (keys sanitised to [a-zA-Z0-9_], filtered by "
+        "--kubernetes.pod-label-allowlist when given) to every DCGM series of a device it holds, "
+        "like dcgm-exporter's --kubernetes-enable-pod-labels (default off; needs --kubernetes).",
     )
     add(
         "--kubernetes.max-pod-labels",
@@ -403,6 +431,12 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
             raise UsageError(
                 f"argument --kubernetes.pod-label-allowlist: invalid regex: {exc}"
             ) from None
+    for flag, enabled in (
+        ("--kubernetes.enable-pod-uid", args.pod_uid_on_series),
+        ("--kubernetes.enable-pod-labels", args.pod_labels_on_series),
+    ):
+        if enabled and not args.kubernetes:
+            raise UsageError(f"{flag} needs --kubernetes: pod UIDs and labels come from the API")
     if args.kubernetes and not node_name and args.simulate is None:
         raise UsageError("--kubernetes needs the node name: set NODE_NAME or --node-name")
     attribution = AttributionConfig(
@@ -439,11 +473,16 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
         stale_after_seconds=args.stale_after or 3 * args.interval,
         health_max_age_seconds=max(args.health_max_age, 2 * args.interval),
     )
+    dcgm = PROFILES[DcgmVersion(args.dcgm_version)]
+    driver_label = dcgm.driver_label if args.driver_label is None else args.driver_label
     labels = LabelConfig(
-        host_label=HostLabel(args.host_label),
+        host_label=HostLabel(args.host_label or dcgm.host_label),
         node_name=node_name,
-        driver_version_label="" if args.driver_label == "none" else args.driver_label,
+        driver_version_label="" if driver_label == "none" else driver_label,
         shared_device_series=args.shared_devices,
+        dcgm=dcgm,
+        pod_uid_on_series=args.pod_uid_on_series,
+        pod_labels_on_series=args.pod_labels_on_series,
     )
     return Config(
         collection=collection,

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from exporter.dcgm_compat import DEFAULT_PROFILE, Profile
+
 if TYPE_CHECKING:
     from exporter.webconfig.parse import WebSecurity
 
@@ -52,13 +54,22 @@ class CollectionConfig:
 
 @dataclass(frozen=True, slots=True)
 class LabelConfig:
-    host_label: HostLabel = HostLabel.CLASSIC
+    # Defaults follow DEFAULT_PROFILE (dcgm-exporter 4.8.3); the CLI resolves the chosen profile
+    # and the --host-label / --driver-version-label overrides into these fields.
+    host_label: HostLabel = HostLabel.LOWER
     node_name: str = ""
-    # Name of the driver-version label on DCGM series ("" = none, as the Helm chart's default).
-    driver_version_label: str = ""
+    # Name of the driver-version label on DCGM series ("" = none).
+    driver_version_label: str = "DCGM_FI_DRIVER_VERSION"
     # A device held by several containers (time-slicing, MPS): "none" leaves its series without
-    # pod labels; "per-pod" copies them once per holder.
+    # pod labels; "per-pod" copies them once per holder, with a `vgpu` label.
     shared_device_series: str = "none"
+    # Which dcgm-exporter release the names, units and types imitate.
+    dcgm: Profile = DEFAULT_PROFILE
+    # dcgm-exporter's opt-ins (--kubernetes-enable-pod-uid / -pod-labels): `pod_uid` and the
+    # allow-listed pod labels (sanitised keys) on every DCGM series of a pod's device. Both need
+    # the Kubernetes API (--kubernetes).
+    pod_uid_on_series: bool = False
+    pod_labels_on_series: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from exporter.background import BackgroundThread
 from exporter.backoff import Backoff
 from exporter.config import CollectionConfig
 from exporter.nvml.binding import GPU_GONE, NVMLError, error_name
+from exporter.nvml.clock_event_counts import ClockEventCounts
 from exporter.nvml.device_reader import DeviceReader
 from exporter.nvml.error_tally import ErrorTally
 from exporter.nvml.guarded_calls import GuardedNvml
@@ -104,6 +105,7 @@ class Poller(BackgroundThread):
         self._nvml = GuardedNvml(self._tally)
         self._reader = DeviceReader(self._nvml, threading.Lock())
         self._mig = MigReader(self._nvml, config.mig_refresh_seconds)
+        self._clock_events = ClockEventCounts()
         # `extra_helpers` come after the registered ones, for tests and embedders.
         self._helpers = (
             *build_helpers(config, self._nvml, self._tally, self._mig_changed),
@@ -195,6 +197,7 @@ class Poller(BackgroundThread):
                 nvml_ok = False
             else:
                 gpus = self._read_devices(count, started)
+                self._forget_vanished(gpus)
                 self._track_helpers(gpus)
         finished = time.monotonic()
         duration = finished - started
@@ -235,7 +238,7 @@ class Poller(BackgroundThread):
             future = submitted.get(index)
             if future is not None and future.done():
                 del self._in_flight[index]
-                gpu = future.result()
+                gpu = self._count_clock_events(future.result())
             else:
                 gpu = self._stale(index)
             gpus.append(gpu)
@@ -243,6 +246,25 @@ class Poller(BackgroundThread):
         for index in [i for i in self._in_flight if i >= count]:
             del self._in_flight[index]
         return tuple(gpus)
+
+    def _count_clock_events(self, gpu: GpuSnapshot) -> GpuSnapshot:
+        """Counted here, on the sweep thread, so that one sweep adds at most one per reason."""
+        uuid = gpu.identity.uuid
+        if not uuid:
+            return gpu
+        if gpu.up and gpu.readings is not None:
+            counts = self._clock_events.record(uuid, gpu.readings.clock_event_reasons)
+        else:
+            counts = self._clock_events.counts(uuid)
+        return replace(gpu, clock_event_counts=counts)
+
+    def _forget_vanished(self, gpus: tuple[GpuSnapshot, ...]) -> None:
+        """Per-GPU state of GPUs NVML no longer enumerates goes; a GPU that is down stays."""
+        present = [g.identity.uuid for g in gpus]
+        if not all(present):
+            return  # a slot we could not identify may hold any of them: decide next sweep
+        self._clock_events.retain(present)
+        self._reader.retain(present)
 
     def _stale(self, index: int) -> GpuSnapshot:
         previous = self._previous.get(index)
@@ -268,6 +290,7 @@ class Poller(BackgroundThread):
             self._handles.pop(index, None)
             if identity is not None:
                 self._mig.invalidate(identity.uuid)
+                self._reader.lost(identity.uuid)
             log.error("GPU %d is lost: %s", index, exc)
             return GpuSnapshot(
                 identity or _placeholder(index), up=False, readings=None, error=str(exc)
@@ -358,6 +381,7 @@ class Poller(BackgroundThread):
         self._handles.clear()
         self._identities.clear()
         self._mig.invalidate()
+        self._reader.invalidate()
         for helper in self._helpers:
             helper.invalidate()
         with contextlib.suppress(NVMLError):

@@ -65,8 +65,14 @@ class GpuReadings:
     pcie_replay_count: int | None = None
     pcie_tx_kbps: int | None = None
     pcie_rx_kbps: int | None = None
+    # Cumulative NVLink data counters, summed over links (NVML's KiB).
     nvlink_tx_kib: int | None = None
     nvlink_rx_kib: int | None = None
+    # (tx + rx) KiB per second between this sweep's counters and the previous sweep's, from
+    # NVML's own sample timestamps; None on the first sweep and after a counter reset.
+    nvlink_kib_per_second: float | None = None
+    # DCGM's VGPU_LICENSE_STATUS: 1 vGPU licensed, 0 not licensed or licensing unsupported.
+    vgpu_license_status: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +83,11 @@ class ProfilingReadings:
     graphics_active: float | None = None
     sm_active: float | None = None
     sm_occupancy: float | None = None
+    # GPM "any tensor" activity; the DCGM pipe fields below are per tensor-pipe kind.
     tensor_active: float | None = None
+    tensor_hmma_active: float | None = None
+    tensor_imma_active: float | None = None
+    tensor_dfma_active: float | None = None
     fp64_active: float | None = None
     fp32_active: float | None = None
     fp16_active: float | None = None
@@ -132,6 +142,9 @@ class GpuSnapshot:
     # GPM, where the device supports it: the whole GPU, and per GPU-instance id on MIG.
     profiling: ProfilingReadings | None = None
     instance_profiling: tuple[tuple[int, ProfilingReadings], ...] = ()
+    # (clock_event name, sweeps in which that clock event reason was active) since the exporter
+    # started, as dcgm-exporter's DCGM_EXP_CLOCK_EVENTS_TOTAL counts reported reasons.
+    clock_event_counts: tuple[tuple[str, int], ...] = ()
 
     def profiling_of(self, gpu_instance_id: int | None) -> ProfilingReadings | None:
         if gpu_instance_id is None:

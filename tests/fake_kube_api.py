@@ -10,6 +10,7 @@ import threading
 import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -274,3 +275,14 @@ class FakeKubeApi:
             chunk(b"")
         except (BrokenPipeError, ConnectionResetError):
             pass
+
+
+def write_kubeconfig(path: Path, server: str) -> Path:
+    """A kubeconfig whose one context points the real kubernetes client at `server`."""
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+        f"clusters: [{{name: fake, cluster: {{server: '{server}'}}}}]\n"
+        "users: [{name: fake, user: {token: test}}]\n"
+        "contexts: [{name: fake, context: {cluster: fake, user: fake}}]\n"
+    )
+    return path

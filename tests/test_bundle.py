@@ -1,5 +1,6 @@
 """The monitoring bundle: generated files match their generators, follow the mixin conventions,
-parse as PromQL, and reference only metrics that exist."""
+parse as PromQL, reference only metrics that exist, and follow their flavour's dcgm-exporter
+profile (names, units, host label), for every committed flavour."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import re
 import subprocess
 import sys
 from dataclasses import replace
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -18,17 +20,31 @@ from alerts import recording
 from alerts.rules_file import alert_groups, recording_groups
 from bundle import render as bundle_render
 from bundle.config import DEFAULT, BundleConfig, BundleConfigError, LabelNames, Selectors
+from bundle.dcgm_units import classic_to_profile, spelled, unit_factor
+from bundle.flavour_translate import Translator
+from bundle.flavours import FLAVOURS, flavour_paths
 from bundle.scrape_configs import OPERATOR_TARGET_LABELS
+from exporter.config import HostLabel
+from exporter.dcgm_compat import RENAMES_4_9, profile
 from exporter.exposition.context import AttributionContext
 from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
 from exporter.simulator.fake_kubelet import FakeKubelet
-from tests.conftest import FAST, promtool, render, start_xid_watch, wait_for
+from tests.conftest import FAST, LABELS, promtool, render, start_xid_watch, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 ALERTS = ROOT / "alerts" / "prometheus_alerts.yaml"
 RULES = ROOT / "alerts" / "prometheus_rules.yaml"
-DASHBOARDS = sorted((ROOT / "dashboards" / "provisioned").glob("*.json"))
-IMPORTABLE = sorted((ROOT / "dashboards" / "grafana-com").glob("*.json"))
+VERSIONS = tuple(FLAVOURS)
+NEW_NAMES = tuple(VERSIONS[1:])
+PATHS = {version: flavour_paths(version) for version in VERSIONS}
+DASHBOARDS = [ROOT / p for version in VERSIONS for p in PATHS[version].provisioned]
+IMPORTABLE = [ROOT / p for version in VERSIONS for p in PATHS[version].grafana_com]
+# Which flavour a committed dashboard belongs to.
+FLAVOUR_OF = {
+    ROOT / p: version
+    for version in VERSIONS
+    for p in (*PATHS[version].provisioned, *PATHS[version].grafana_com)
+}
 SEVERITIES = {"critical", "warning", "info"}
 ANGULAR_PANELS = {"graph", "singlestat", "grafana-piechart-panel", "grafana-worldmap-panel"}
 
@@ -66,8 +82,19 @@ def plain_promql(expr: str) -> str:
     return expr
 
 
-def all_rules() -> list[dict]:
-    return [r for path in (ALERTS, RULES) for g in load_yaml(path)["groups"] for r in g["rules"]]
+def rule_files(version: str) -> tuple[Path, Path]:
+    return ROOT / PATHS[version].alerts, ROOT / PATHS[version].rules
+
+
+def all_rules(version: str = DEFAULT.dcgm_version) -> list[dict]:
+    groups = [g for path in rule_files(version) for g in load_yaml(path)["groups"]]
+    return [r for g in groups for r in g["rules"]]
+
+
+def identifiers(text: str) -> set[str]:
+    """Every metric-like name in a text, recorded names split into their parts."""
+    words = re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", text)
+    return {part for word in words for part in word.split(":")}
 
 
 # ---- generation ----
@@ -81,9 +108,9 @@ def artifact_digests(hash_seed: str) -> dict[str, str]:
     """Each generated file's SHA-256, as a fresh interpreter with this string-hash seed makes it."""
     script = (
         "import hashlib, json\n"
-        "from bundle.render import artifacts\n"
+        "from bundle.render import all_artifacts\n"
         "print(json.dumps({path: hashlib.sha256(text.encode()).hexdigest()"
-        " for path, text in artifacts().items()}))"
+        " for path, text in all_artifacts().items()}))"
     )
     result = subprocess.run(
         [sys.executable, "-c", script],
@@ -109,13 +136,14 @@ def test_config_drives_every_selector_and_label():
     custom = replace(
         DEFAULT,
         selectors=Selectors(exporter='job="gpu-metrics"', kube_state_metrics='job="ksm"'),
-        labels=replace(LabelNames(), hostname="hostname", pod="exported_pod"),
+        labels=replace(LabelNames(), hostname="kubernetes_node", pod="exported_pod"),
     )
     files = bundle_render.artifacts(custom)
     text = "\n".join(files.values())
     assert 'job=\\"gpu-metrics\\"' in text or 'job="gpu-metrics"' in text
     assert "kube-gpu-exporter\\" not in text and 'job="kube-gpu-exporter"' not in text
-    assert '"Hostname"' not in text and "Hostname=" not in text
+    assert '"hostname"' not in text and "hostname=" not in text
+    assert '"kubernetes_node", "(.+)"' in files["alerts/prometheus_rules.yaml"]
     assert "exported_pod" in files["alerts/prometheus_alerts.yaml"]
 
 
@@ -125,6 +153,8 @@ def test_config_drives_every_selector_and_label():
         ({"selectors": Selectors(exporter="")}, "selectors.exporter is empty"),
         ({"selectors": Selectors(exporter='{job="x"}')}, "without braces"),
         ({"runbook_url_pattern": "https://example.invalid/runbook"}, "%s"),
+        ({"dcgm_version": "4.7"}, "dcgm_version '4.7' is not one of 4.8.2, 4.8.3, 4.9"),
+        ({"labels": LabelNames(hostname=" ")}, "labels.hostname is empty"),
     ],
 )
 def test_bad_config_is_refused_with_a_clear_error(change, message):
@@ -135,12 +165,12 @@ def test_bad_config_is_refused_with_a_clear_error(change, message):
 # ---- rules ----
 
 
-def test_promtool_accepts_every_rules_file():
-    for path in (ALERTS, RULES, ROOT / "alerts" / "prometheusrule.yaml"):
+@pytest.mark.parametrize("version", VERSIONS)
+def test_promtool_accepts_every_rules_file(version, tmp_path):
+    for path in (*rule_files(version), ROOT / PATHS[version].prometheusrule):
         if path.name == "prometheusrule.yaml":
             spec = load_yaml(path)["spec"]
-            path = ROOT / ".pytest_cache" / "prometheusrule-spec.yaml"
-            path.parent.mkdir(exist_ok=True)
+            path = tmp_path / "prometheusrule-spec.yaml"
             path.write_text(yaml.safe_dump(spec))
         result = subprocess.run(
             [promtool(), "check", "rules", str(path)], capture_output=True, text=True
@@ -148,16 +178,20 @@ def test_promtool_accepts_every_rules_file():
         assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_prometheusrule_holds_exactly_the_plain_rule_files():
-    resource = load_yaml(ROOT / "alerts" / "prometheusrule.yaml")
+@pytest.mark.parametrize("version", VERSIONS)
+def test_prometheusrule_holds_exactly_the_plain_rule_files(version):
+    resource = load_yaml(ROOT / PATHS[version].prometheusrule)
     assert resource["kind"] == "PrometheusRule"
     assert resource["metadata"]["labels"]["release"] == DEFAULT.scrape.release_label
-    plain = load_yaml(RULES)["groups"] + load_yaml(ALERTS)["groups"]
+    alerts, rules = rule_files(version)
+    plain = load_yaml(rules)["groups"] + load_yaml(alerts)["groups"]
     assert resource["spec"]["groups"] == plain
 
 
-def test_alerts_follow_the_mixin_conventions():
-    alerts = [r for r in all_rules() if "alert" in r]
+@pytest.mark.parametrize("version", VERSIONS)
+def test_alerts_follow_the_mixin_conventions(version):
+    config = FLAVOURS[version]
+    alerts = [r for r in all_rules(version) if "alert" in r]
     assert len(alerts) >= 15
     for alert in alerts:
         name = alert["alert"]
@@ -168,31 +202,36 @@ def test_alerts_follow_the_mixin_conventions():
         notes = alert["annotations"]
         assert re.fullmatch(r"[A-Z].+\.", notes["summary"]) and "{{" not in notes["summary"], name
         assert "{{" in notes["description"], f"{name}: description must be templated"
-        assert notes["runbook_url"] == DEFAULT.runbook_url_pattern % name.lower()
+        assert notes["runbook_url"] == config.runbook_url_pattern % name.lower()
         assert re.fullmatch(r"\d+[smh]", alert["for"]), f"{name}: `for` must be deliberate"
     names = {a["alert"] for a in alerts}
-    runbook = (ROOT / "alerts" / "runbook.md").read_text()
+    runbook = (ROOT / PATHS[version].runbook).read_text()
+    # Each flavour's links point at its own runbook, which has a section per alert.
+    assert config.runbook_url_pattern.endswith(PATHS[version].runbook.as_posix() + "#%s")
     for name in names:
         assert f"## {name}\n" in runbook, f"runbook has no section for {name}"
 
 
-def test_rule_groups_respect_size_limits():
-    for path in (ALERTS, RULES):
+@pytest.mark.parametrize("version", VERSIONS)
+def test_rule_groups_respect_size_limits(version):
+    for path in rule_files(version):
         for group in load_yaml(path)["groups"]:
             assert len(group["name"]) <= 40 and len(group["rules"]) <= 20, group["name"]
 
 
-def test_recording_rules_are_named_level_metric_operations():
-    records = [r["record"] for r in all_rules() if "record" in r]
+@pytest.mark.parametrize("version", VERSIONS)
+def test_recording_rules_are_named_level_metric_operations(version):
+    records = [r["record"] for r in all_rules(version) if "record" in r]
     for name in records:
         assert re.fullmatch(r"[a-z_]+:[A-Za-z0-9_]+:[a-z0-9_]+", name), name
         assert "_total:" not in name, name
-    groups = load_yaml(RULES)["groups"]
+    groups = load_yaml(rule_files(version)[1])["groups"]
     assert all(g["name"].endswith(".rules") for g in groups)
 
 
-def test_every_aggregation_keeps_the_cluster_label():
-    for rule in all_rules():
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_aggregation_keeps_the_cluster_label(version):
+    for rule in all_rules(version):
         for clause in re.findall(r"\b(?:by|on) \(([^)]*)\)", rule["expr"]):
             assert clause.split(", ")[0] == DEFAULT.labels.cluster, (rule, clause)
 
@@ -200,31 +239,47 @@ def test_every_aggregation_keeps_the_cluster_label():
 # ---- dashboards ----
 
 
-@pytest.fixture(params=DASHBOARDS, ids=lambda p: p.stem)
-def dashboard(request) -> dict:
-    return json.loads(request.param.read_text())
+@pytest.fixture(params=DASHBOARDS, ids=lambda p: f"{FLAVOUR_OF[p]}-{p.stem}")
+def flavoured(request) -> tuple[BundleConfig, dict]:
+    """A committed provisioned dashboard, with the config of the flavour it belongs to."""
+    return FLAVOURS[FLAVOUR_OF[request.param]], json.loads(request.param.read_text())
+
+
+@pytest.fixture
+def dashboard(flavoured) -> dict:
+    return flavoured[1]
 
 
 def non_row_panels(dashboard: dict) -> list[dict]:
     return [p for p in dashboard["panels"] if p["type"] != "row"]
 
 
-def test_dashboard_identity_and_defaults(dashboard):
-    uids = DEFAULT.dashboards.uids
+def test_dashboard_identity_and_defaults(flavoured):
+    config, dashboard = flavoured
+    uids = config.dashboards.uids
     assert dashboard["uid"] in uids.values() and len(dashboard["uid"]) <= 40
-    assert dashboard["title"].startswith(DEFAULT.dashboards.name_prefix)
-    assert dashboard["tags"] == list(DEFAULT.dashboards.tags)
-    assert dashboard["timezone"] == DEFAULT.dashboards.timezone
+    assert dashboard["title"].startswith(config.dashboards.name_prefix)
+    assert dashboard["tags"] == list(config.dashboards.tags)
+    assert dashboard["timezone"] == config.dashboards.timezone
     assert dashboard["editable"] is False
     assert "__inputs" not in dashboard and "__requires" not in dashboard
     links = dashboard["links"]
-    assert links[0]["type"] == "dashboards" and links[0]["tags"] == [DEFAULT.dashboards.tags[0]]
+    assert links[0]["type"] == "dashboards" and links[0]["tags"] == [config.dashboards.tags[0]]
     assert links[0]["includeVars"] and links[0]["keepTime"] and links[0]["asDropdown"]
 
 
-def test_dashboards_have_distinct_uids():
-    uids = [json.loads(p.read_text())["uid"] for p in DASHBOARDS]
-    assert len(DASHBOARDS) == 2 and len(set(uids)) == 2
+def test_dashboards_have_distinct_uids_and_titles():
+    """Every flavour's dashboards can be imported into one Grafana side by side, and each
+    flavour's dashboard links list its own dashboards only."""
+    dashboards = [json.loads(p.read_text()) for p in DASHBOARDS]
+    assert len(DASHBOARDS) == 2 * len(VERSIONS)
+    assert len({d["uid"] for d in dashboards}) == len(dashboards)
+    assert len({d["title"] for d in dashboards}) == len(dashboards)
+    link_tags = {version: FLAVOURS[version].dashboards.tags[0] for version in VERSIONS}
+    assert len(set(link_tags.values())) == len(VERSIONS)
+    for path, data in zip(DASHBOARDS, dashboards, strict=True):
+        others = set(link_tags.values()) - {link_tags[FLAVOUR_OF[path]]}
+        assert not others & set(data["tags"]), path
 
 
 def test_one_datasource_variable_feeds_every_panel(dashboard):
@@ -329,7 +384,7 @@ def test_import_flavour_declares_its_inputs():
         assert {r["id"] for r in data["__requires"]} >= {"grafana", "prometheus", "timeseries"}
         source = next(t for t in data["templating"]["list"] if t["name"] == "datasource")
         assert source["current"]["value"] == "${DS_PROMETHEUS}"
-        provisioned = json.loads((ROOT / "dashboards" / "provisioned" / path.name).read_text())
+        provisioned = json.loads((path.parent.parent / "provisioned" / path.name).read_text())
         assert data["panels"] == provisioned["panels"]
     assert "${DS_PROMETHEUS}" not in "".join(p.read_text() for p in DASHBOARDS)
 
@@ -360,16 +415,161 @@ def test_every_dashboard_query_parses(tmp_path):
         [promtool(), "check", "rules", str(path)], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert len(exprs) > 50
+    assert len(exprs) > 100
+
+
+# ---- the flavour follows its profile ----
+
+
+def flavour_texts(version: str) -> dict[str, str]:
+    return bundle_render.flavour_artifacts(version)
+
+
+def test_each_flavour_names_only_its_own_profiles_metrics():
+    """No classic name that 4.9 renames is left in a 4.9 file (runbook and promtool tests
+    included), and no 4.9 name leaks into the default flavour."""
+    renamed = set(RENAMES_4_9)
+    spelled = {s.name for s in RENAMES_4_9.values()} - renamed
+    default_words = set().union(*map(identifiers, flavour_texts(DEFAULT.dcgm_version).values()))
+    assert not default_words & spelled
+    assert "DCGM_FI_DEV_GPU_UTIL" in default_words
+    for version in NEW_NAMES:
+        for path, text in flavour_texts(version).items():
+            assert not identifiers(text) & renamed, path
+        words = set().union(*map(identifiers, flavour_texts(version).values()))
+        assert {"DCGM_FI_DEV_GPU_UTIL_RATIO", "DCGM_FI_DEV_FB_USED_BYTES"} <= words
+
+
+def test_the_host_label_follows_the_profile_unless_set():
+    assert DEFAULT.host_label == "hostname" and FLAVOURS["4.9"].host_label == "hostname"
+    # `replace` keeps following the profile: labels.hostname stays unset.
+    classic = replace(DEFAULT, dcgm_version="4.8.2")
+    assert classic.host_label == "Hostname"
+    explicit = replace(classic, labels=replace(LabelNames(), hostname="node_name"))
+    assert explicit.host_label == "node_name"
+    rules = bundle_render.artifacts(classic)["alerts/prometheus_rules.yaml"]
+    assert '"Hostname", "(.+)"' in rules and "hostname" not in rules
+
+
+def rule(version: str, name: str) -> dict:
+    return next(r for r in all_rules(version) if name in (r.get("alert"), r.get("record")))
+
+
+def test_idle_threshold_is_in_the_utilization_unit():
+    """1 % is `< 1` against classic GPU_UTIL (percent), `< 0.01` against 4.9's ratio, and the
+    MIG side (GPM, a ratio in both) is scaled to percent only in the classic flavour."""
+    assert rule("4.8.3", "GPUAllocatedIdle")["expr"].endswith(") < 1")
+    assert rule("4.9", "GPUAllocatedIdle")["expr"].endswith(") < 0.01")
+    idle = recording.NS_IDLE
+    assert rule("4.8.3", idle)["expr"].endswith("< bool 1)")
+    assert rule("4.9", idle)["expr"].endswith("< bool 0.01)")
+    busy = "pod_device:{}:avg_over_window"
+    assert (
+        "or 100 * avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{"
+        in (rule("4.8.3", busy.format("DCGM_FI_DEV_GPU_UTIL"))["expr"])
+    )
+    assert (
+        "or avg_over_time(DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO{"
+        in (rule("4.9", busy.format("DCGM_FI_DEV_GPU_UTIL_RATIO"))["expr"])
+    )
+
+
+def panel(version: str, file: str, title: str) -> dict:
+    path = next(p for p in PATHS[version].provisioned if p.stem == file)
+    data = json.loads((ROOT / path).read_text())
+    return next(p for p in non_row_panels(data) if p["title"] == title)
+
+
+def unit_and_exprs(version: str, file: str, title: str) -> tuple[str, float | None, list[str]]:
+    found = panel(version, file, title)
+    defaults = found["fieldConfig"]["defaults"]
+    return defaults["unit"], defaults.get("max"), [t["expr"] for t in found["targets"]]
+
+
+@pytest.mark.parametrize(
+    ("file", "title", "classic", "base_units"),
+    [
+        # Percent against a ratio: Grafana's unit and the full scale follow; no scaling.
+        ("gpu-devices", "GPU utilization", ("percent", 100, r"\}$"), ("percentunit", 1, r"\}$")),
+        ("gpu-devices", "Utilization now", ("percent", 100, r"\}$"), ("percentunit", 1, r"\}$")),
+        (
+            "gpu-cluster-capacity",
+            "Utilization per namespace",
+            ("percent", 100, r"^namespace:DCGM_FI_DEV_GPU_UTIL:avg\{.*\}$"),
+            ("percentunit", 1, r"^namespace:DCGM_FI_DEV_GPU_UTIL_RATIO:avg\{.*\}$"),
+        ),
+        # MiB, MHz and DCGM's MB/s are scaled to bytes, hertz and B/s; 4.9 publishes those.
+        (
+            "gpu-devices",
+            "Framebuffer memory",
+            ("bytes", None, r" \* 1048576$"),
+            ("bytes", None, r"[})]$"),
+        ),
+        ("gpu-devices", "Clocks", ("hertz", None, r"\) \* 1000000$"), ("hertz", None, r"\}\)$")),
+        (
+            "gpu-devices",
+            "NVLink throughput",
+            ("Bps", None, r"\) \* 1024000$"),
+            ("Bps", None, r"\}\)$"),
+        ),
+        # An energy counter's rate is power: mJ/s / 1000, J/s as it is.
+        (
+            "gpu-devices",
+            "Energy-based average power",
+            ("watt", None, r"\]\)\) / 1000$"),
+            ("watt", None, r"\]\)\)$"),
+        ),
+    ],
+)
+def test_panel_units_follow_the_profile(file, title, classic, base_units):
+    for version, (unit, max_value, pattern) in (("4.8.3", classic), ("4.9", base_units)):
+        found_unit, found_max, exprs = unit_and_exprs(version, file, title)
+        assert (found_unit, found_max) == (unit, max_value), (version, title)
+        assert exprs and all(re.search(pattern, e) for e in exprs), (version, exprs)
+
+
+def test_nvlink_bandwidth_is_read_as_the_rate_it_is():
+    """DCGM's field 449 is already a rate (a gauge from 4.8.3): no rate() over it."""
+    for version in VERSIONS:
+        (expr,) = unit_and_exprs(version, "gpu-devices", "NVLink throughput")[2]
+        assert "rate(" not in expr and "increase(" not in expr, expr
+
+
+def test_recorded_utilization_carries_the_profiles_name():
+    for version in VERSIONS:
+        util = FLAVOURS[version].profile.name("DCGM_FI_DEV_GPU_UTIL")
+        records = {r["record"] for r in all_rules(version) if "record" in r}
+        assert {
+            f"node:{util}:avg",
+            f"namespace:{util}:avg",
+            f"namespace_workload:{util}:avg",
+            f"pod_device:{util}:avg_over_window",
+            f"pod_device:{util}:max_over_window",
+        } <= records
+
+
+def test_flavour_paths_name_every_generated_flavour_file():
+    """What end-to-end code reads through flavour_paths() is generated and committed."""
+    generated = set(bundle_render.all_artifacts())
+    for version in VERSIONS:
+        paths = PATHS[version]
+        singles = (paths.alerts, paths.rules, paths.prometheusrule)
+        for path in (*singles, *paths.provisioned, *paths.grafana_com):
+            assert path.as_posix() in generated and (ROOT / path).is_file(), path
+        assert paths.rule_files == (paths.rules, paths.alerts)
+        assert sorted((ROOT / paths.tests).glob("*.yaml")), paths.tests
+    assert PATHS["4.9"].alerts.as_posix() == "alerts/dcgm-4.9/prometheus_alerts.yaml"
+    # Deploy manifests and scrape configs exist for the default flavour only.
+    assert not [p for p in generated if "dcgm-4.9" in p and not p.startswith(("alerts", "dash"))]
 
 
 # ---- metrics exist ----
 
 
 @pytest.fixture
-def simulated_metric_names(sim, make_poller, tmp_path) -> set[str]:
-    """Every family the simulated default node exposes, with an XID raised so the XID counter
-    exists, PCIe sampled once and GPM's first two samples taken."""
+def simulated_metric_names(sim, make_poller, tmp_path) -> dict[str, set[str]]:
+    """Every family the simulated default node exposes under each flavour's profile, with an XID
+    raised so the XID counter exists, PCIe sampled once and GPM's first two samples taken."""
     kubelet = FakeKubelet(sim, tmp_path / "kubelet.sock").start()
     try:
         watcher = PodResourcesWatcher(PodResourcesClient(str(kubelet.socket_path), 5), 0.05)
@@ -379,8 +579,9 @@ def simulated_metric_names(sim, make_poller, tmp_path) -> set[str]:
         sim.inject_xid(0, 79)
         context = AttributionContext(pods=watcher.latest, pods_status=watcher.status)
 
-        def text() -> str:
-            return render(poller.sweep(), context=context)
+        def text(version: str = DEFAULT.dcgm_version) -> str:
+            labels = replace(LABELS, host_label=HostLabel.LOWER, dcgm=profile(version))
+            return render(poller.sweep(), labels, context=context)
 
         assert wait_for(
             lambda: (
@@ -390,18 +591,22 @@ def simulated_metric_names(sim, make_poller, tmp_path) -> set[str]:
             )
         )
         return {
-            line.split("{")[0].split(" ")[0]
-            for line in text().splitlines()
-            if line and not line.startswith("#")
+            version: {
+                line.split("{")[0].split(" ")[0]
+                for line in text(version).splitlines()
+                if line and not line.startswith("#")
+            }
+            for version in VERSIONS
         }
     finally:
         kubelet.stop()
 
 
-def referenced_metrics() -> set[str]:
-    exprs = [r["expr"] for r in all_rules()]
-    exprs += [e for d in DASHBOARDS for e in dashboard_targets(json.loads(d.read_text()))]
-    for d in DASHBOARDS:
+def referenced_metrics(version: str) -> set[str]:
+    dashboards = [ROOT / p for p in PATHS[version].provisioned]
+    exprs = [r["expr"] for r in all_rules(version)]
+    exprs += [e for d in dashboards for e in dashboard_targets(json.loads(d.read_text()))]
+    for d in dashboards:
         exprs += [
             t["definition"]
             for t in json.loads(d.read_text())["templating"]["list"]
@@ -414,16 +619,16 @@ def referenced_metrics() -> set[str]:
     return names
 
 
-def test_every_referenced_metric_exists(simulated_metric_names):
-    recorded = {r["record"] for r in all_rules() if "record" in r}
-    unknown = referenced_metrics() - simulated_metric_names - KUBE_STATE_METRICS - recorded
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_referenced_metric_exists(simulated_metric_names, version):
+    exposed = simulated_metric_names[version]
+    recorded = {r["record"] for r in all_rules(version) if "record" in r}
+    unknown = referenced_metrics(version) - exposed - KUBE_STATE_METRICS - recorded
     assert not unknown, f"not in the simulated exporter's output nor kube-state-metrics: {unknown}"
-    assert recorded <= referenced_metrics() | {recording.SCHEDULABLE_PODS}
+    assert recorded <= referenced_metrics(version) | {recording.SCHEDULABLE_PODS}
     # And the exporter metrics the bundle relies on most are really there.
-    assert {
-        "DCGM_FI_DEV_GPU_UTIL",
-        "kube_gpu_exporter_pod_device_allocation",
-    } <= simulated_metric_names
+    util = FLAVOURS[version].profile.name("DCGM_FI_DEV_GPU_UTIL")
+    assert {util, "kube_gpu_exporter_pod_device_allocation"} <= exposed
 
 
 def test_alert_template_queries_name_real_metrics():
@@ -433,12 +638,14 @@ def test_alert_template_queries_name_real_metrics():
                 assert metric == "kube_gpu_exporter_pod_device_allocation", rule.name
 
 
-def test_every_recorded_series_is_used():
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_recorded_series_is_used(version):
+    dashboards = [ROOT / p for p in PATHS[version].provisioned]
     used = "\n".join(
-        [e for d in DASHBOARDS for e in dashboard_targets(json.loads(d.read_text()))]
-        + [r["expr"] for r in all_rules()]
+        [e for d in dashboards for e in dashboard_targets(json.loads(d.read_text()))]
+        + [r["expr"] for r in all_rules(version)]
     )
-    for group in recording_groups(DEFAULT):
+    for group in recording_groups(FLAVOURS[version]):
         for rule in group.rules:
             assert rule.record in used, f"{rule.record} is recorded but nothing reads it"
 
@@ -503,8 +710,20 @@ def test_make_bundle_check_reports_drift(tmp_path):
         [sys.executable, "-m", "bundle.render", "--check"], cwd=ROOT, capture_output=True, text=True
     )
     assert ok.returncode == 0, ok.stderr
-    assert bundle_render.drifted(root=tmp_path)  # an empty checkout lacks every file
-    assert "scrape-configs/static.yaml" in bundle_render.drifted(root=tmp_path)
+    stale = bundle_render.drifted(root=tmp_path)  # an empty checkout lacks every file
+    assert {
+        "scrape-configs/static.yaml",
+        "alerts/prometheus_rules.yaml",
+        "alerts/dcgm-4.9/prometheus_rules.yaml",
+        "alerts/dcgm-4.9/runbook.md",
+        "alerts/dcgm-4.9/tests/devices_test.yaml",
+        "dashboards/dcgm-4.9/provisioned/gpu-devices.json",
+    } <= set(stale)
+    # A flavour file nothing generates any more (its source test was deleted) is drift too.
+    stray = tmp_path / "alerts" / "dcgm-4.9" / "tests" / "removed_test.yaml"
+    stray.parent.mkdir(parents=True)
+    stray.write_text("tests: []\n")
+    assert "alerts/dcgm-4.9/tests/removed_test.yaml" in bundle_render.drifted(root=tmp_path)
 
 
 def test_multi_cluster_flavour_names_the_cluster(tmp_path):
@@ -522,3 +741,93 @@ def test_multi_cluster_flavour_names_the_cluster(tmp_path):
         [promtool(), "check", "rules", str(path)], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout
+
+
+# ---- units and the flavour translator ----
+
+
+def test_unit_factors_come_exactly_from_the_conversion_table():
+    assert unit_factor("B", "MiB", "B") == 1048576
+    assert unit_factor("MHz", "MHz", "Hz") == 1_000_000
+    assert unit_factor("mJ", "mJ", "J") == Fraction(1, 1000)
+    assert unit_factor("%", "%", "ratio") == Fraction(1, 100)
+    assert unit_factor("%", "ratio", "%") == 100
+    # DCGM's "MB/s" is 1000 KiB/s.
+    assert unit_factor("KiB/s", "MB/s", "B/s") == 1_024_000
+    nine = profile("4.9")
+    assert classic_to_profile(nine, "DCGM_FI_DEV_GPU_UTIL") == Fraction(1, 100)
+    assert classic_to_profile(nine, "DCGM_FI_DEV_GPU_TEMP") == 1
+    assert classic_to_profile(profile("4.8.3"), "DCGM_FI_DEV_FB_USED") == 1
+    assert spelled(nine, "DCGM_FI_DEV_FB_USED").display == (1, "bytes")
+    assert spelled(profile("4.8.3"), "DCGM_FI_DEV_FB_USED").display == (1048576, "bytes")
+
+
+def test_translator_converts_values_of_families_whose_unit_changes():
+    translate = Translator(DEFAULT, FLAVOURS["4.9"])
+    # promtool's expanding notation; a step is spelled out so no float sum creeps in.
+    assert translate.values("90x3 _x2 stale 0+10x3", Fraction(1, 100)) == (
+        "0.9x3 _x2 stale 0 0.1 0.2 0.3"
+    )
+    assert translate.values("7 4-1x2", 1048576) == "7340032 4194304 3145728 2097152"
+    assert translate.factor('DCGM_FI_DEV_GPU_UTIL{hostname="n"}') == Fraction(1, 100)
+    assert translate.factor("namespace:DCGM_FI_DEV_GPU_UTIL:avg") == Fraction(1, 100)
+    assert translate.factor("DCGM_FI_DEV_GPU_TEMP{}") == 1
+    assert translate.factor("kube_gpu_exporter_device_up") == 1
+    case = translate.tests(
+        {
+            "tests": [
+                {
+                    "interval": "1m",
+                    "input_series": [
+                        {"series": 'DCGM_FI_DEV_FB_USED{hostname="n"}', "values": "2x2"},
+                        {"series": 'DCGM_FI_DEV_GPU_TEMP{hostname="n"}', "values": "80x2"},
+                    ],
+                    "promql_expr_test": [
+                        {
+                            "expr": "node:DCGM_FI_DEV_GPU_UTIL:avg",
+                            "eval_time": "1m",
+                            "exp_samples": [{"labels": '{node="n"}', "value": 37.5}],
+                        }
+                    ],
+                    "alert_rule_test": [
+                        {
+                            "eval_time": "1m",
+                            "alertname": "GPULost",
+                            "exp_alerts": [
+                                {
+                                    "exp_labels": {"hostname": "n"},
+                                    "exp_annotations": {
+                                        "runbook_url": DEFAULT.runbook_url_pattern % "gpulost"
+                                    },
+                                }
+                            ],
+                        }
+                    ],
+                }
+            ]
+        }
+    )["tests"][0]
+    assert case["input_series"] == [
+        {"series": 'DCGM_FI_DEV_FB_USED_BYTES{hostname="n"}', "values": "2097152x2"},
+        {"series": 'DCGM_FI_DEV_GPU_TEMP_CELSIUS{hostname="n"}', "values": "80x2"},
+    ]
+    (expr,) = case["promql_expr_test"]
+    assert expr["expr"] == "node:DCGM_FI_DEV_GPU_UTIL_RATIO:avg"
+    assert expr["exp_samples"] == [{"labels": '{node="n"}', "value": 0.375}]
+    (alert,) = case["alert_rule_test"][0]["exp_alerts"]
+    assert alert["exp_annotations"]["runbook_url"] == (
+        FLAVOURS["4.9"].runbook_url_pattern % "gpulost"
+    )
+    assert "alerts/dcgm-4.9/runbook.md#gpulost" in alert["exp_annotations"]["runbook_url"]
+
+
+def test_translated_tests_cover_the_same_cases_as_the_default_ones():
+    """The 4.9 promtool tests are the default's, case for case: firing and quiet ones."""
+    for source in sorted((ROOT / "alerts" / "tests").glob("*.yaml")):
+        original = load_yaml(source)
+        translated = load_yaml(ROOT / PATHS["4.9"].tests / source.name)
+        assert translated["rule_files"] == original["rule_files"]
+        assert [t["name"] for t in translated["tests"]] == [t["name"] for t in original["tests"]]
+        for before, after in zip(original["tests"], translated["tests"], strict=True):
+            for key in ("alert_rule_test", "promql_expr_test", "input_series"):
+                assert len(after.get(key, [])) == len(before.get(key, [])), (source, key)

@@ -15,6 +15,7 @@ import pytest
 
 from exporter.cli import env_name, main, parse_config, parse_duration
 from exporter.config import HostLabel
+from exporter.dcgm_compat import PROFILES, DcgmVersion
 from tests.conftest import REPO
 
 
@@ -62,6 +63,9 @@ BAD_INPUT = [
     (["--web.telemetry-path=metrics"], {}, "--web.telemetry-path"),
     (["--web.telemetry-path=/healthz"], {}, "--web.telemetry-path"),
     (["--host-label=HOSTNAME"], {}, "--host-label"),
+    (["--compat.dcgm-exporter=4.7"], {}, "--compat.dcgm-exporter"),
+    (["--kubernetes.enable-pod-uid"], {}, "--kubernetes.enable-pod-uid needs --kubernetes"),
+    (["--kubernetes.enable-pod-labels"], {}, "--kubernetes.enable-pod-labels needs --kubernetes"),
     (["--log.level=verbose"], {}, "--log.level"),
     (["--log.format=xml"], {}, "--log.format"),
     (["--driver-version-label=yes"], {}, "--driver-version-label"),
@@ -96,6 +100,11 @@ BAD_INPUT = [
     ),
     ([], {"KUBE_GPU_EXPORTER_COLLECTOR_PCIE": "maybe"}, "KUBE_GPU_EXPORTER_COLLECTOR_PCIE"),
     ([], {"KUBE_GPU_EXPORTER_HOST_LABEL": "x"}, "KUBE_GPU_EXPORTER_HOST_LABEL"),
+    (
+        [],
+        {"KUBE_GPU_EXPORTER_COMPAT_DCGM_EXPORTER": "5.0"},
+        "KUBE_GPU_EXPORTER_COMPAT_DCGM_EXPORTER",
+    ),
 ]
 
 
@@ -157,6 +166,7 @@ def test_version_and_help(cli):
         "--web.telemetry-path",
         "--collector.interval",
         "--host-label",
+        "--compat.dcgm-exporter",
         "--log.level",
         "--log.format",
         "--simulate",
@@ -175,8 +185,45 @@ def test_defaults():
     assert config.web.telemetry_path == "/metrics"
     assert config.collection.interval_seconds == 5.0
     assert config.web.stale_after_seconds == 15.0
-    assert config.labels.host_label is HostLabel.CLASSIC
+    # dcgm-exporter 4.8.3, what the current GPU Operator ships.
+    assert config.labels.dcgm == PROFILES[DcgmVersion.V4_8_3]
+    assert config.labels.host_label is HostLabel.LOWER
+    assert config.labels.driver_version_label == "DCGM_FI_DRIVER_VERSION"
     assert not config.simulate
+
+
+@pytest.mark.parametrize(
+    ("version", "host", "driver"),
+    [
+        ("4.8.2", HostLabel.CLASSIC, "DCGM_FI_DRIVER_VERSION"),
+        ("4.8.3", HostLabel.LOWER, "DCGM_FI_DRIVER_VERSION"),
+        ("4.9", HostLabel.LOWER, "DCGM_FI_SYSTEM_DRIVER_VERSION"),
+    ],
+)
+def test_the_profile_sets_host_and_driver_labels(version, host, driver):
+    labels = parse_config([f"--compat.dcgm-exporter={version}"], environ={}).labels
+    assert labels.dcgm == PROFILES[DcgmVersion(version)]
+    assert (labels.host_label, labels.driver_version_label) == (host, driver)
+
+
+def test_host_and_driver_label_flags_override_the_profile():
+    labels = parse_config(
+        ["--compat.dcgm-exporter=4.9", "--host-label=Hostname", "--driver-version-label=none"],
+        environ={},
+    ).labels
+    assert labels.dcgm.base_units
+    assert (labels.host_label, labels.driver_version_label) == (HostLabel.CLASSIC, "")
+    labels = parse_config(
+        ["--compat.dcgm-exporter=4.8.2", "--driver-version-label=DCGM_FI_SYSTEM_DRIVER_VERSION"],
+        environ={"KUBE_GPU_EXPORTER_HOST_LABEL": "none"},
+    ).labels
+    assert (labels.host_label, labels.driver_version_label) == (
+        HostLabel.NONE,
+        "DCGM_FI_SYSTEM_DRIVER_VERSION",
+    )
+    assert not labels.dcgm.base_units
+    env = {"KUBE_GPU_EXPORTER_COMPAT_DCGM_EXPORTER": "4.8.2"}
+    assert parse_config([], environ=env).labels.host_label is HostLabel.CLASSIC
 
 
 def test_environment_variables_and_flag_precedence():

@@ -16,6 +16,7 @@ from benchmarks.cluster.dashboard_queries import grafana_queries, inliner
 from benchmarks.cluster.inline_rules import Inliner
 from benchmarks.cluster.synthetic import NodeGroup, Scale
 from benchmarks.prometheus_side import backfilled
+from bundle.config import DEFAULT
 from bundle.localstack.prometheus_api import PrometheusAPI
 
 SMALL = Scale(
@@ -78,8 +79,10 @@ def test_history_holds_every_node_and_its_own_names(cluster):
     assert len(uuids) == 5 * 8  # every GPU of every node has a UUID of its own
     pods = api.query("count by (pod) (kube_gpu_exporter_pod_device_allocation)", at)
     assert len({p["metric"]["pod"] for p in pods}) == len(pods) > 5
-    hosts = api.query("count by (Hostname, node) (DCGM_FI_DEV_GPU_TEMP)", at)
-    assert all(h["metric"]["Hostname"] == h["metric"]["node"] for h in hosts)
+    host = DEFAULT.host_label
+    hosts = api.query(f"count by ({host}, node) (DCGM_FI_DEV_GPU_TEMP)", at)
+    assert len(hosts) == 5
+    assert all(h["metric"][host] == h["metric"]["node"] for h in hosts)
     exporter_series = sum(
         len(cluster.types[g.fleet].history.series) * g.count for g in SMALL.cluster
     )

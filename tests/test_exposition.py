@@ -50,7 +50,9 @@ EXPECTED: dict[str, object] = {
     "DCGM_FI_DEV_FB_USED": lambda r: r.fb_used_bytes // MIB,
     "DCGM_FI_DEV_FB_RESERVED": lambda r: r.fb_reserved_bytes // MIB,
     "DCGM_FI_DEV_FB_TOTAL": lambda r: r.fb_total_bytes // MIB,
-    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": lambda r: r.nvlink_tx_kib + r.nvlink_rx_kib,
+    # A rate: DCGM divides KiB/s by 1000 and stores an INT64 (truncated).
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": lambda r: int(r.nvlink_kib_per_second / 1000),
+    "DCGM_FI_DEV_VGPU_LICENSE_STATUS": lambda r: r.vgpu_license_status,
     "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": lambda r: r.clock_event_reasons,
     "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": lambda r: r.ecc_sbe_volatile,
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": lambda r: r.ecc_dbe_volatile,
@@ -64,7 +66,6 @@ EXPECTED: dict[str, object] = {
 COUNTERS = {
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
     "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
     "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
     "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
@@ -137,13 +138,21 @@ def test_whole_gpus_and_mig_instances_carry_the_dcgm_label_set(sim, make_poller)
     whole = [s for s in temps if "GPU_I_ID" not in s.labels]
     mig = [s for s in temps if "GPU_I_ID" in s.labels]
     assert len(whole) == 6 and len(mig) == 7
+    # The default profile (dcgm-exporter 4.8.3): `hostname`, then the driver-version label.
     for s in whole:
-        assert list(s.labels) == [*DCGM_LABELS, "Hostname"]
+        assert list(s.labels) == [*DCGM_LABELS, "hostname", "DCGM_FI_DRIVER_VERSION"]
         assert s.labels["device"] == f"nvidia{s.labels['gpu']}"
         assert re.fullmatch(r"[0-9A-F]{8}:[0-9A-F]{2}:00\.0", s.labels["pci_bus_id"])
-        assert s.labels["Hostname"] == "node-a"
+        assert s.labels["hostname"] == "node-a"
+        assert s.labels["DCGM_FI_DRIVER_VERSION"] == "550.54.15"
     for s in mig:
-        assert list(s.labels) == [*DCGM_LABELS, "GPU_I_PROFILE", "GPU_I_ID", "Hostname"]
+        assert list(s.labels) == [
+            *DCGM_LABELS,
+            "GPU_I_PROFILE",
+            "GPU_I_ID",
+            "hostname",
+            "DCGM_FI_DRIVER_VERSION",
+        ]
         assert s.labels["UUID"].startswith("GPU-")  # the parent's UUID, as dcgm-exporter does
     profiles = sorted((s.labels["gpu"], s.labels["GPU_I_PROFILE"]) for s in mig)
     assert profiles == sorted(
@@ -169,13 +178,16 @@ def test_whole_gpus_and_mig_instances_carry_the_dcgm_label_set(sim, make_poller)
 
 def test_host_label_modes_and_driver_label(sim, make_poller):
     snapshot = make_poller().sweep()
+    classic = samples(render(snapshot, LabelConfig(HostLabel.CLASSIC, "n1")))
+    assert classic["DCGM_FI_DEV_GPU_TEMP"][0].labels["Hostname"] == "n1"
     lower = samples(render(snapshot, LabelConfig(HostLabel.LOWER, "n1")))
     assert lower["DCGM_FI_DEV_GPU_TEMP"][0].labels["hostname"] == "n1"
     none = samples(render(snapshot, LabelConfig(HostLabel.NONE, "n1")))
     labels = none["DCGM_FI_DEV_GPU_TEMP"][0].labels
     assert "Hostname" not in labels and "hostname" not in labels
-    driver = samples(render(snapshot, LabelConfig(HostLabel.LOWER, "n1", "DCGM_FI_DRIVER_VERSION")))
-    assert driver["DCGM_FI_DEV_GPU_TEMP"][0].labels["DCGM_FI_DRIVER_VERSION"] == "550.54.15"
+    assert lower["DCGM_FI_DEV_GPU_TEMP"][0].labels["DCGM_FI_DRIVER_VERSION"] == "550.54.15"
+    off = samples(render(snapshot, LabelConfig(HostLabel.LOWER, "n1", driver_version_label="")))
+    assert not [k for k in off["DCGM_FI_DEV_GPU_TEMP"][0].labels if "DRIVER" in k]
 
 
 def test_dcgm_counter_names_are_exact_without_total_suffix(sim, make_poller):

@@ -7,18 +7,19 @@ import difflib
 
 import pytest
 
-from exporter.config import HostLabel
+from exporter.dcgm_compat import DEFAULT_PROFILE, PROFILES, DcgmVersion
 from exporter.exposition.metric_family import HOST, LABEL_PREFIXED, MetricFamily
 from exporter.exposition.own_families import (
-    ALL_FAMILIES,
     OWN_FAMILIES,
     PREFIX,
+    all_families,
     declaration_problems,
+    meaning_problems,
+    profile_problems,
 )
 from exporter.exposition.text_format import escape_help
 from tests.golden.node_scrape import GOLDENS, Golden, samples, scrape, shape
 
-HOST_LABEL = HostLabel.CLASSIC.value  # the default --host-label, which the goldens use
 # Own families no golden can show: they appear only once something has failed.
 ERROR_ONLY = {f"{PREFIX}nvml_errors_total", f"{PREFIX}podresources_errors_total"}
 
@@ -48,9 +49,18 @@ def test_exposition_matches_its_golden_file(golden: Golden, scraped: dict[str, s
         )
 
 
-def test_every_scraped_family_is_declared_with_its_help_and_type(scraped: dict[str, str]) -> None:
-    declared = {f.name: f for f in ALL_FAMILIES}
-    for text in scraped.values():
+def test_one_golden_per_profile_for_the_default_node() -> None:
+    plain = [g for g in GOLDENS if not g.flags]
+    assert sorted(g.dcgm for g in plain) == sorted(DcgmVersion)
+    assert next(g for g in plain if g.file == "default_node.prom").profile == DEFAULT_PROFILE
+
+
+@pytest.mark.parametrize("golden", GOLDENS, ids=lambda g: g.file)
+def test_every_scraped_family_is_declared_with_its_help_and_type(
+    golden: Golden, scraped: dict[str, str]
+) -> None:
+    declared = {f.name: f for f in all_families(golden.profile)}
+    for text in (scraped[golden.file],):
         for line in text.splitlines():
             if not line.startswith(("# HELP ", "# TYPE ")):
                 continue
@@ -62,10 +72,10 @@ def test_every_scraped_family_is_declared_with_its_help_and_type(scraped: dict[s
             assert rest == expected, f"{keyword} of {name}"
 
 
-def _fits(actual: list[str], declared: tuple[str, ...]) -> bool:
+def _fits(actual: list[str], declared: tuple[str, ...], host_label: str = "hostname") -> bool:
     """Whether `actual` is `declared` in order with some names left out; LABEL_PREFIXED stands
     for any number of label_* names."""
-    wanted = [HOST_LABEL if name == HOST else name for name in declared]
+    wanted = [host_label if name == HOST else name for name in declared]
     position = 0
     for name in actual:
         while position < len(wanted) and not (
@@ -83,30 +93,48 @@ def _fits(actual: list[str], declared: tuple[str, ...]) -> bool:
 def test_own_samples_carry_only_their_declared_labels_in_order(scraped: dict[str, str]) -> None:
     own = {f.name: f for f in OWN_FAMILIES}
     seen: set[str] = set()
-    for text in scraped.values():
-        for name, labels in samples(text):
+    for golden in GOLDENS:
+        for name, labels in samples(scraped[golden.file]):
             if name in own:
                 seen.add(name)
                 names = [label for label, _ in labels]
-                assert _fits(names, own[name].labels), f"{name}{names} vs {own[name].labels}"
+                assert _fits(names, own[name].labels, golden.profile.host_label), (
+                    f"{golden.file}: {name}{names} vs {own[name].labels}"
+                )
     assert set(own) - seen == ERROR_ONLY
 
 
 def test_label_check_rejects_undeclared_and_reordered_labels() -> None:
     declared = ("gpu", "UUID", HOST, LABEL_PREFIXED)
-    assert _fits(["gpu", "Hostname", "label_team", "label_app"], declared)
+    assert _fits(["gpu", "Hostname", "label_team", "label_app"], declared, "Hostname")
+    assert not _fits(["gpu", "Hostname"], declared, "hostname")
     assert not _fits(["UUID", "gpu"], declared)
     assert not _fits(["gpu", "pod"], declared)
 
 
-def test_the_declarations_are_sound() -> None:
-    assert declaration_problems(ALL_FAMILIES, OWN_FAMILIES) == []
+def test_the_declarations_are_sound_in_every_profile() -> None:
+    assert profile_problems(PROFILES.values(), OWN_FAMILIES) == []
 
 
 def test_a_name_declared_twice_is_reported_across_dcgm_and_own_families() -> None:
     clash = MetricFamily("DCGM_FI_DEV_GPU_TEMP", "gauge", "Ours.")
-    problems = declaration_problems([*ALL_FAMILIES, clash], [])
+    problems = declaration_problems([*all_families(PROFILES[DcgmVersion.V4_8_2]), clash], [])
     assert problems == ["DCGM_FI_DEV_GPU_TEMP is declared 2 times"]
+    renamed = MetricFamily("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "gauge", "Ours.")
+    problems = declaration_problems([*all_families(PROFILES[DcgmVersion.V4_9]), renamed], [])
+    assert problems == ["DCGM_FI_DEV_GPU_TEMP_CELSIUS is declared 2 times"]
+
+
+def test_a_name_meaning_two_readings_across_profiles_is_reported() -> None:
+    written = [
+        ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP"),
+        ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_MEMORY_TEMP"),
+        ("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "DCGM_FI_DEV_GPU_TEMP"),
+    ]
+    assert meaning_problems(written) == [
+        "DCGM_FI_DEV_GPU_TEMP means DCGM_FI_DEV_GPU_TEMP and DCGM_FI_DEV_MEMORY_TEMP in "
+        "different profiles"
+    ]
 
 
 def test_own_declarations_follow_the_naming_rules() -> None:

@@ -65,24 +65,27 @@ def test_wire_paths_keep_package_v1():
 
 
 @pytest.mark.parametrize(
-    ("raw", "kind", "uuid", "gi", "replica"),
+    ("raw", "kind", "uuid", "gi", "replica", "key", "share"),
     [
-        (GPU, DeviceKind.GPU, GPU, None, None),
-        (f"{GPU}::3", DeviceKind.GPU, GPU, None, 3),
-        (MIG, DeviceKind.MIG, MIG, None, None),
-        (f"{MIG}::0", DeviceKind.MIG, MIG, None, 0),
-        (f"MIG-{GPU}/7/0", DeviceKind.MIG_LEGACY, GPU, 7, None),
-        (f"MIG-{GPU}/13/0::2", DeviceKind.MIG_LEGACY, GPU, 13, 2),
-        ("nvidia3", DeviceKind.GKE_GPU, "", None, None),
-        ("nvidia3/gi9", DeviceKind.GKE_MIG, "", 9, None),
-        ("nvidia3/vgpu4", DeviceKind.GKE_GPU, "", None, 4),
-        ("something-else", DeviceKind.UNKNOWN, "", None, None),
+        (GPU, DeviceKind.GPU, GPU, None, None, GPU, None),
+        (f"{GPU}::3", DeviceKind.GPU, GPU, None, 3, GPU, "3"),
+        (MIG, DeviceKind.MIG, MIG, None, None, MIG, None),
+        (f"{MIG}::0", DeviceKind.MIG, MIG, None, 0, MIG, "0"),
+        (f"MIG-{GPU}/7/0", DeviceKind.MIG_LEGACY, GPU, 7, None, f"MIG-{GPU}/7/0", None),
+        (f"MIG-{GPU}/13/0::2", DeviceKind.MIG_LEGACY, GPU, 13, 2, f"MIG-{GPU}/13/0", "2"),
+        ("nvidia3", DeviceKind.GKE_GPU, "", None, None, "nvidia3", None),
+        ("nvidia3/gi9", DeviceKind.GKE_MIG, "", 9, None, "nvidia3/gi9", None),
+        # GKE's shares fold into their device like "::" replicas do.
+        ("nvidia3/vgpu4", DeviceKind.GKE_GPU, "", None, 4, "nvidia3", "4"),
+        ("nvidia3/gi9/vgpu12", DeviceKind.GKE_MIG, "", 9, 12, "nvidia3/gi9", "12"),
+        ("something-else", DeviceKind.UNKNOWN, "", None, None, "something-else", None),
     ],
 )
-def test_device_id_forms(raw, kind, uuid, gi, replica):
+def test_device_id_forms(raw, kind, uuid, gi, replica, key, share):
     ref = parse_device_id(raw)
     assert (ref.kind, ref.uuid, ref.gpu_instance_id, ref.replica) == (kind, uuid, gi, replica)
-    assert ref.device_key == raw.split("::")[0]
+    assert ref.device_key == key
+    assert ref.shared_id == share
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Callable
 
 from tests.conftest import REPO, unexpected_lint_findings
-from tests.fake_kube_api import FakeKubeApi
+from tests.fake_kube_api import FakeKubeApi, write_kubeconfig
 
 
 def free_port() -> int:
@@ -100,7 +100,7 @@ def test_simulated_node_end_to_end():
         )
         assert 'modelName="NVIDIA H100 80GB HBM3"' in text
         assert 'GPU_I_PROFILE="3g.40gb"' in text
-        assert 'Hostname="sim-gpu-node-0"' in text
+        assert 'hostname="sim-gpu-node-0"' in text  # the default profile, 4.8.3
         # Pod attribution from the fake kubelet, on exclusive GPUs and MIG instances.
         assert 'container="trainer",namespace="ml-training",pod="llm-pretrain-worker-0"' in text
         assert re.search(r'DCGM_FI_DEV_FB_USED\{[^}]*GPU_I_ID="7"[^}]*pod="inference-1g', text)
@@ -135,13 +135,7 @@ def test_simulated_node_with_kubernetes_enrichment(tmp_path):
     )
     api.set_node_labels({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
     api.start()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-        f"clusters: [{{name: fake, cluster: {{server: '{api.host}'}}}}]\n"
-        "users: [{name: fake, user: {token: test}}]\n"
-        "contexts: [{name: fake, context: {cluster: fake, user: fake}}]\n"
-    )
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.host)
     proc, base = start_exporter(
         "--kubernetes",
         f"--kubernetes.kubeconfig={kubeconfig}",

@@ -1,5 +1,7 @@
-"""promtool on the generated rule files: they load (`check rules`), their unit tests in
-alerts/tests/ pass (`test rules`), and those unit tests cover every alert and recording rule."""
+"""promtool on the generated rule files of every flavour: they load (`check rules`), their unit
+tests pass (`test rules`), and those unit tests cover every alert and recording rule. The default
+flavour's tests in alerts/tests/ are written by hand; another flavour's are translated from them
+(bundle/flavour_translate.py) into its own tests folder."""
 
 from __future__ import annotations
 
@@ -13,12 +15,16 @@ import pytest
 import yaml
 
 from bundle import render as bundle_render
+from bundle.flavours import FLAVOURS, flavour_paths
 
 ROOT = Path(__file__).resolve().parent.parent
-ALERTS = ROOT / "alerts" / "prometheus_alerts.yaml"
-RULES = ROOT / "alerts" / "prometheus_rules.yaml"
-TESTS_DIR = ROOT / "alerts" / "tests"
-TEST_FILES = sorted(TESTS_DIR.glob("*.yaml"))
+VERSIONS = tuple(FLAVOURS)
+PATHS = {version: flavour_paths(version) for version in VERSIONS}
+RULE_FILES = {
+    version: (ROOT / PATHS[version].alerts, ROOT / PATHS[version].rules) for version in VERSIONS
+}
+TEST_FILES = {version: sorted((ROOT / PATHS[version].tests).glob("*.yaml")) for version in VERSIONS}
+ALL_TEST_FILES = [(version, path) for version in VERSIONS for path in TEST_FILES[version]]
 REQUIRED_ANNOTATIONS = {"summary", "description", "runbook_url"}
 
 
@@ -47,10 +53,10 @@ def rules_of(path: Path) -> list[dict[str, Any]]:
     return [rule for group in load(path)["groups"] for rule in group["rules"]]
 
 
-def unit_tests(rule_file: Path) -> list[dict[str, Any]]:
-    """Every test group, of every test file, that loads `rule_file`."""
+def unit_tests(version: str, rule_file: Path) -> list[dict[str, Any]]:
+    """Every test group, of every test file of the flavour, that loads `rule_file`."""
     tests = []
-    for path in TEST_FILES:
+    for path in TEST_FILES[version]:
         document = load(path)
         loaded = {(path.parent / f).resolve() for f in document.get("rule_files", [])}
         if rule_file.resolve() in loaded:
@@ -59,22 +65,35 @@ def unit_tests(rule_file: Path) -> list[dict[str, Any]]:
 
 
 def test_every_generated_rules_file_is_checked_and_unit_tested():
-    """The plain rules files the bundle generates are exactly the two this module runs promtool
-    on, and the unit tests load each of them: a new rules file cannot ship untested."""
+    """The plain rules files the bundle generates are exactly the ones this module runs promtool
+    on, and each flavour's unit tests load both of its own: a new rules file or flavour cannot
+    ship untested."""
     generated = {
         ROOT / path
-        for path, text in bundle_render.artifacts().items()
-        if path.startswith("alerts/") and "groups" in yaml.safe_load(text)
+        for path, text in bundle_render.all_artifacts().items()
+        if path.startswith("alerts/")
+        and path.endswith(".yaml")
+        and "groups" in yaml.safe_load(text)
     }
-    assert generated == {ALERTS, RULES}
-    loaded = {(path.parent / f).resolve() for path in TEST_FILES for f in load(path)["rule_files"]}
-    assert loaded == {ALERTS.resolve(), RULES.resolve()}
+    assert generated == {path for files in RULE_FILES.values() for path in files}
+    for version in VERSIONS:
+        assert TEST_FILES[version], f"flavour {version} has no promtool tests"
+        loaded = {
+            (path.parent / f).resolve()
+            for path in TEST_FILES[version]
+            for f in load(path)["rule_files"]
+        }
+        assert loaded == {path.resolve() for path in RULE_FILES[version]}, version
 
 
 # ---- promtool ----
 
 
-@pytest.mark.parametrize("path", [ALERTS, RULES], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path",
+    [p for files in RULE_FILES.values() for p in files],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
 def test_promtool_check_rules(path):
     result = run_promtool("check", "rules", str(path))
     assert result.returncode == 0, (
@@ -82,39 +101,46 @@ def test_promtool_check_rules(path):
     )
 
 
-@pytest.mark.parametrize("path", TEST_FILES, ids=lambda p: p.name)
-def test_promtool_test_rules(path):
-    result = run_promtool("test", "rules", path.name, cwd=path.parent)
+@pytest.mark.parametrize("version", VERSIONS)
+def test_promtool_test_rules(version):
+    """One promtool run per flavour over all its test files."""
+    files = [path.name for path in TEST_FILES[version]]
+    result = run_promtool("test", "rules", *files, cwd=ROOT / PATHS[version].tests)
     assert result.returncode == 0, (
-        f"promtool test rules {path.relative_to(ROOT)} failed:\n{result.stdout}{result.stderr}"
+        f"promtool test rules in {PATHS[version].tests} failed:\n{result.stdout}{result.stderr}"
     )
+    assert result.stdout.count("SUCCESS") == len(files), result.stdout
 
 
 # ---- structure of the unit tests ----
 
 
-@pytest.mark.parametrize("path", TEST_FILES, ids=lambda p: p.name)
-def test_unit_tests_load_the_generated_files(path):
+@pytest.mark.parametrize(
+    ("version", "path"), ALL_TEST_FILES, ids=lambda v: v if isinstance(v, str) else v.name
+)
+def test_unit_tests_load_the_generated_files(version, path):
     document = load(path)
     assert document.get("evaluation_interval") == "1m", path.name
     files = [(path.parent / f).resolve() for f in document.get("rule_files", [])]
     assert files, f"{path.name} loads no rule file"
     for file in files:
-        assert file in (ALERTS.resolve(), RULES.resolve()), (
-            f"{path.name} must test the generated rule files, not {file}"
+        assert file in {p.resolve() for p in RULE_FILES[version]}, (
+            f"{path.name} must test its flavour's generated rule files, not {file}"
         )
 
 
-def test_every_alert_has_a_firing_case_with_full_annotations():
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_alert_has_a_firing_case_with_full_annotations(version):
     """One firing case per alert rule; an alert defined at two severities needs both."""
+    alerts_file = RULE_FILES[version][0]
     fired: set[tuple[str, str]] = set()
-    for test in unit_tests(ALERTS):
+    for test in unit_tests(version, alerts_file):
         for case in test.get("alert_rule_test", []):
             for alert in case.get("exp_alerts") or []:
                 if REQUIRED_ANNOTATIONS.issubset(alert.get("exp_annotations") or {}):
                     severity = (alert.get("exp_labels") or {}).get("severity", "")
                     fired.add((case["alertname"], severity))
-    rules = {(r["alert"], r["labels"]["severity"]) for r in rules_of(ALERTS) if "alert" in r}
+    rules = {(r["alert"], r["labels"]["severity"]) for r in rules_of(alerts_file) if "alert" in r}
     missing = sorted(rules - fired)
     assert not missing, (
         "alerts without a firing test asserting severity, summary, description and "
@@ -122,29 +148,41 @@ def test_every_alert_has_a_firing_case_with_full_annotations():
     )
 
 
-def test_every_alert_has_quiet_cases():
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_alert_has_quiet_cases(version):
     """At least two entries expecting no alert: before `for` has elapsed, and healthy data."""
+    alerts_file = RULE_FILES[version][0]
     quiet: dict[str, int] = {}
-    for test in unit_tests(ALERTS):
+    for test in unit_tests(version, alerts_file):
         for case in test.get("alert_rule_test", []):
             if not case.get("exp_alerts"):
                 quiet[case["alertname"]] = quiet.get(case["alertname"], 0) + 1
-    names = sorted({r["alert"] for r in rules_of(ALERTS) if "alert" in r})
+    names = sorted({r["alert"] for r in rules_of(alerts_file) if "alert" in r})
     short = {name: quiet.get(name, 0) for name in names if quiet.get(name, 0) < 2}
     assert not short, f"alerts with fewer than two no-alert test entries: {short}"
 
 
-def test_unit_tests_only_name_existing_alerts():
-    names = {r["alert"] for r in rules_of(ALERTS) if "alert" in r}
+@pytest.mark.parametrize("version", VERSIONS)
+def test_unit_tests_only_name_existing_alerts(version):
+    alerts_file = RULE_FILES[version][0]
+    names = {r["alert"] for r in rules_of(alerts_file) if "alert" in r}
     tested = {
-        case["alertname"] for test in unit_tests(ALERTS) for case in test.get("alert_rule_test", [])
+        case["alertname"]
+        for test in unit_tests(version, alerts_file)
+        for case in test.get("alert_rule_test", [])
     }
     assert tested <= names, f"tests for alerts that do not exist: {sorted(tested - names)}"
 
 
-def test_every_recording_rule_has_an_expression_test():
-    tests = [case for test in unit_tests(RULES) for case in test.get("promql_expr_test", [])]
-    for rule in rules_of(RULES):
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_recording_rule_has_an_expression_test(version):
+    rules_file = RULE_FILES[version][1]
+    tests = [
+        case
+        for test in unit_tests(version, rules_file)
+        for case in test.get("promql_expr_test", [])
+    ]
+    for rule in rules_of(rules_file):
         name = rule["record"]
         token = re.compile(rf"(?<![\w:]){re.escape(name)}(?![\w:])")
         cases = [case for case in tests if token.search(case["expr"])]

@@ -19,8 +19,12 @@ import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from benchmarks.simulated import fleet_spec
+
+if TYPE_CHECKING:
+    from exporter.config import LabelConfig
 
 # A pod's owner from its name, the way controllers name pods: a Job's `-worker-N`, or the random
 # ReplicaSet and pod suffixes of a Deployment.
@@ -44,8 +48,24 @@ def owner_of(namespace: str, pod: str) -> tuple[str, str]:
     return kind, _GENERATED_SUFFIX.sub("", pod) or pod
 
 
+def bundle_labels(node_name: str) -> LabelConfig:
+    """The exporter's labels as the bundle's default flavour reads them: its dcgm-exporter
+    profile, with the driver-version label that profile puts on every DCGM series, and the
+    bundle's host label."""
+    from bundle.config import DEFAULT
+    from exporter.config import HostLabel, LabelConfig
+
+    dcgm = DEFAULT.profile
+    return LabelConfig(
+        host_label=HostLabel(DEFAULT.host_label),
+        node_name=node_name,
+        driver_version_label=dcgm.driver_label,
+        dcgm=dcgm,
+    )
+
+
 def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
-    from exporter.config import CollectionConfig, LabelConfig
+    from exporter.config import CollectionConfig
     from exporter.exposition.context import AttributionContext
     from exporter.exposition.renderer import Renderer
     from exporter.kubernetes.pod_metadata import EMPTY_VIEW, PodMetadata
@@ -86,7 +106,7 @@ def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
         lambda snapshot: None,
         helper_threads=False,
     )
-    renderer = Renderer(LabelConfig(node_name=fleet.node_name))
+    renderer = Renderer(bundle_labels(fleet.node_name))
     index: dict[str, int] = {}
     rows: list[dict[int, str]] = []
     try:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from benchmarks.cluster.node_history import NodeHistory
+from bundle.config import DEFAULT
 
 STEP_SECONDS = 15
 EXPORTER_JOB = "kube-gpu-exporter"
@@ -84,10 +85,10 @@ def _uuid(prefix: str, *parts: object) -> str:
     return f"{prefix}-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
-# Which renaming applies to which label; every other label keeps its value.
+# Which renaming applies to which label; every other label keeps its value. The histories are
+# recorded with the bundle's host label (node_history.bundle_labels).
 _RENAMED_LABELS = {
-    "Hostname": "node",
-    "hostname": "node",
+    DEFAULT.host_label: "node",
     "UUID": "uuid",
     "mig_uuid": "uuid",
     "device_id": "uuid",  # GPU-..., MIG-... and replica ids GPU-...::N

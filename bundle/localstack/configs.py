@@ -61,12 +61,29 @@ def quick_alerts(config: BundleConfig, for_: str = "5s", window: str = "15s") ->
     )
 
 
-def write_rule_files(config: BundleConfig, directory: Path) -> list[Path]:
+def exporter_flags(config: BundleConfig) -> list[str]:
+    """The exporter flags whose series are what `config`'s rules and dashboards read: its
+    dcgm-exporter profile, and the host label where the bundle names another than the profile's."""
+    args = [f"--compat.dcgm-exporter={config.dcgm_version}"]
+    if config.host_label != config.profile.host_label:
+        args.append(f"--host-label={config.host_label}")
+    return args
+
+
+def write_rule_files(
+    config: BundleConfig, directory: Path, extra: Mapping[str, str] | None = None
+) -> list[Path]:
+    """The bundle's rule files for `config`, then `extra` (file name -> rules YAML), in
+    `directory`."""
     files = artifacts(config)
+    contents = {Path(name).name: files[name] for name in RULE_FILES}
+    if clash := contents.keys() & (extra or {}).keys():
+        raise ValueError(f"extra rule files would replace the bundle's: {sorted(clash)}")
+    contents |= extra or {}
     paths = []
-    for name in RULE_FILES:
-        path = directory / Path(name).name
-        path.write_text(files[name])
+    for name, text in contents.items():
+        path = directory / name
+        path.write_text(text)
         paths.append(path)
     return paths
 
@@ -100,7 +117,7 @@ def alertmanager_config(config: BundleConfig, timing: Timing, webhook_url: str) 
     document = {
         "route": {
             "receiver": "webhook",
-            "group_by": ["alertname", labels.cluster, labels.hostname, "gpu"],
+            "group_by": ["alertname", labels.cluster, config.host_label, "gpu"],
             "group_wait": timing.group_wait,
             "group_interval": timing.group_interval,
             "repeat_interval": timing.repeat_interval,

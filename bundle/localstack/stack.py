@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from bundle.localstack.configs import (
     PRODUCTION,
     Timing,
     alertmanager_config,
+    exporter_flags,
     prometheus_config,
     write_rule_files,
 )
@@ -43,6 +44,16 @@ class Ports:
 
 
 ANY_PORTS = Ports()
+
+
+@dataclass(frozen=True, slots=True)
+class CompanionExporter:
+    """Another simulated exporter beside the stack's own, e.g. under another dcgm-exporter
+    profile. Prometheus scrapes it under a job of its own, which the bundle's rules and
+    dashboards (they select the bundle's job) never read."""
+
+    job: str
+    args: tuple[str, ...] = ()
 
 
 def simulated_exporter(
@@ -95,7 +106,11 @@ class LocalStack:
         exporter_args: Sequence[str] = (),
         extra_jobs: Sequence[dict[str, Any]] = (),
         on_alert: Callable[[Alert], None] | None = None,
+        companions: Sequence[CompanionExporter] = (),
+        extra_rules: Mapping[str, str] | None = None,
     ) -> None:
+        """`exporter_args` come after the flags `config` implies (its dcgm-exporter profile);
+        `extra_rules` (file name -> rules YAML) load beside the bundle's rule files."""
         from exporter.simulator.fleet import default_fleet
 
         self.workdir = workdir
@@ -105,10 +120,27 @@ class LocalStack:
         self.node_name = default_fleet().node_name
         port = {name: getattr(ports, name) or free_port(host) for name in Ports.__slots__}
         self.addresses = {name: f"{host}:{p}" for name, p in port.items()}
+        if clash := self.addresses.keys() & {c.job for c in companions}:
+            raise ValueError(f"companion jobs must not be named like a part: {sorted(clash)}")
+        self.addresses |= {c.job: f"{host}:{free_port(host)}" for c in companions}
         self.webhook = AlertWebhook(host, port["webhook"], on_alert)
         self.exporter = simulated_exporter(
-            "exporter", self.addresses["exporter"], timing, workdir / "exporter.log", exporter_args
+            "exporter",
+            self.addresses["exporter"],
+            timing,
+            workdir / "exporter.log",
+            [*exporter_flags(config), *exporter_args],
         )
+        self.companions = {
+            c.job: simulated_exporter(
+                f"exporter ({c.job})",
+                self.addresses[c.job],
+                timing,
+                workdir / f"exporter-{c.job}.log",
+                c.args,
+            )
+            for c in companions
+        }
         self.alertmanager = alertmanager(workdir, self.addresses["alertmanager"])
         self.prometheus = ChildProcess(
             "prometheus",
@@ -127,14 +159,21 @@ class LocalStack:
         )
         self.api = PrometheusAPI(self.url("prometheus"))
         self.simulator = SimulatorControl(self.url("exporter"))
-        self._extra_jobs = extra_jobs
+        self._extra_jobs = [
+            *extra_jobs,
+            *(
+                {"job_name": job, "static_configs": [{"targets": [self.addresses[job]]}]}
+                for job in self.companions
+            ),
+        ]
+        self._extra_rules = dict(extra_rules or {})
 
     def url(self, part: str) -> str:
         return f"http://{self.addresses[part]}"
 
     def write_configs(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        rules = write_rule_files(self.config, self.workdir)
+        rules = write_rule_files(self.config, self.workdir, self._extra_rules)
         (self.workdir / "prometheus.yml").write_text(
             prometheus_config(
                 self.config,
@@ -152,7 +191,7 @@ class LocalStack:
     @property
     def _parts(self) -> list[ChildProcess]:
         # Receivers first, so the first scrape and the first alert find someone listening.
-        return [self.alertmanager, self.exporter, self.prometheus]
+        return [self.alertmanager, self.exporter, *self.companions.values(), self.prometheus]
 
     def start(self) -> LocalStack:
         self.write_configs()

@@ -148,6 +148,10 @@ def render_source_health(
     out.family(own.KUBERNETES_WATCH_ERRORS_TOTAL, [("", str(view.watch_errors))])
     out.family(own.KUBERNETES_RELISTS_TOTAL, [("", str(view.relists))])
     out.family(own.POD_LABELS_DROPPED_TOTAL, [("", str(view.labels_dropped))])
+    out.family(
+        own.POD_SERIES_LABELS_DROPPED_TOTAL,
+        [(label_body((("reason", r),)), str(n)) for r, n in view.series_labels_dropped],
+    )
     if view.node_synced:
         from exporter.kubernetes.label_names import sanitize_label_name
 

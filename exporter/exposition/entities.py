@@ -9,15 +9,26 @@ GPM's profiling metrics do, per instance, on Hopper and newer.
 Pod labels follow the holders from pod-resources: one container holding a device gives its series
 `container`, `namespace` and `pod`, as dcgm-exporter does. A device shared by several containers
 gets no pod labels by default (none of them owns it), or one copy of its series per holder.
+
+From the Kubernetes view, dcgm-exporter's opt-ins add to a holder's series its `pod_uid`
+(--kubernetes.enable-pod-uid) and the pod's own labels (--kubernetes.enable-pod-labels, spelt and
+filtered in kubernetes/pod_metadata.py). The per-holder copies (--attribution.shared-devices=
+per-pod) are dcgm-exporter's virtual-GPU mode: each says in `vgpu` which shares of the device its
+container holds, and carries `pod_uid` whenever the pod's UID is known. (dcgm-exporter 4.8.2 puts
+`pod_uid` unconditionally only on its per-pod GPU_UTIL and FB_USED copies, on the others with
+--kubernetes-enable-pod-uid; one rule for every family keeps the copies joinable.) A container
+holding several shares gets one copy with the shares comma-joined, where dcgm-exporter writes one
+copy per share, so sums over the copies count the device once per container.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from exporter.config import HostLabel, LabelConfig
 from exporter.exposition.text_format import Labels
-from exporter.podresources.attribution import EMPTY, Attribution, Holder
+from exporter.podresources.attribution import EMPTY, Attribution, Holder, share_order
 from exporter.snapshot import (
     GpuIdentity,
     GpuReadings,
@@ -27,6 +38,11 @@ from exporter.snapshot import (
     ProfilingReadings,
     XidRecord,
 )
+
+if TYPE_CHECKING:
+    from exporter.kubernetes.pod_metadata import KubernetesView
+
+PER_POD = "per-pod"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,27 +91,70 @@ def pod_labels(holder: Holder) -> Labels:
     return (("container", holder.container), ("namespace", holder.namespace), ("pod", holder.pod))
 
 
-def _with_holders(entity: Entity, holders: tuple[Holder, ...], config: LabelConfig) -> list[Entity]:
-    containers = {(h.namespace, h.pod, h.container) for h in holders}
-    if len(containers) == 1:
-        return [replace(entity, labels=entity.labels + pod_labels(holders[0]), holders=holders)]
-    if len(containers) > 1 and config.shared_device_series == "per-pod":
-        seen: set[tuple[str, str, str]] = set()
-        copies = []
-        for holder in holders:
-            key = (holder.namespace, holder.pod, holder.container)
-            if key not in seen:
-                seen.add(key)
-                copies.append(
-                    replace(entity, labels=entity.labels + pod_labels(holder), holders=holders)
-                )
-        return copies
+ContainerKey = tuple[str, str, str]
+
+
+def _by_container(holders: tuple[Holder, ...]) -> dict[ContainerKey, list[Holder]]:
+    """A container may hold one device through several resources (or several GKE shares)."""
+    grouped: dict[ContainerKey, list[Holder]] = {}
+    for holder in holders:
+        grouped.setdefault((holder.namespace, holder.pod, holder.container), []).append(holder)
+    return grouped
+
+
+def _holder_labels(
+    entity: Entity,
+    held: list[Holder],
+    config: LabelConfig,
+    kube: KubernetesView | None,
+    per_pod: bool,
+) -> Labels:
+    holder = held[0]
+    meta = None if kube is None else kube.pods.get((holder.namespace, holder.pod))
+    own = {name for name, _ in entity.labels}
+    labels: Labels = ()
+    if meta is not None and config.pod_labels_on_series:
+        # The watcher already left out names the series carry; this keeps a label the renderer
+        # adds to the entity later (a new profile label) from ever appearing twice.
+        labels += tuple((k, v) for k, v in meta.series_labels if k not in own)
+    labels += pod_labels(holder)
+    if meta is not None and meta.uid and (per_pod or config.pod_uid_on_series):
+        labels += (("pod_uid", meta.uid),)
+    if per_pod:
+        shares = sorted({s for h in held for s in h.shares}, key=share_order)
+        if shares:
+            labels += (("vgpu", ",".join(shares)),)
+    return labels
+
+
+def _with_holders(
+    entity: Entity,
+    holders: tuple[Holder, ...],
+    config: LabelConfig,
+    kube: KubernetesView | None,
+) -> list[Entity]:
+    containers = _by_container(holders)
+    per_pod = config.shared_device_series == PER_POD
+    if len(containers) == 1 or (containers and per_pod):
+        return [
+            replace(
+                entity,
+                labels=entity.labels + _holder_labels(entity, held, config, kube, per_pod),
+                holders=holders,
+            )
+            for held in containers.values()
+        ]
     return [replace(entity, holders=holders)]
 
 
 def dcgm_entities(
-    snapshot: NodeSnapshot, config: LabelConfig, attribution: Attribution = EMPTY
+    snapshot: NodeSnapshot,
+    config: LabelConfig,
+    attribution: Attribution = EMPTY,
+    kube: KubernetesView | None = None,
 ) -> list[Entity]:
+    """The DCGM entities of `snapshot`, each with its holders' labels; `kube`, the Kubernetes
+    view, supplies pod UIDs and pod labels where the options ask for them."""
     return [
         labelled
         for entity in _device_entities(snapshot, config)
@@ -106,6 +165,7 @@ def dcgm_entities(
                 None if entity.instance is None else entity.instance.gpu_instance_id,
             ),
             config,
+            kube,
         )
     ]
 

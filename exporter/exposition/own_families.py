@@ -8,12 +8,8 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
-from exporter.exposition.dcgm_families import (
-    FAMILIES,
-    PROFILING_FAMILIES,
-    XID_ERRORS,
-    XID_ERRORS_TOTAL,
-)
+from exporter.dcgm_compat import PROFILES, Profile
+from exporter.exposition.dcgm_families import families_for
 from exporter.exposition.metric_family import HOST, LABEL_PREFIXED, Declared, MetricFamily
 
 PREFIX = "kube_gpu_exporter_"
@@ -85,6 +81,14 @@ MIG_INSTANCE_INFO = _own(
     GAUGE,
     "MIG instances and their identifiers; always 1.",
     (*DEVICE, "GPU_I_ID", "GPU_I_PROFILE", "compute_instance_id", "mig_uuid"),
+)
+NVLINK_DATA_BYTES_TOTAL = _own(
+    "nvlink_data_bytes_total",
+    COUNTER,
+    "NVLink data transmitted (tx) and received (rx) over all links, from NVML's cumulative "
+    "counters. DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL is DCGM's rate between two samples; rate() "
+    "over this counter gives the rate over any window.",
+    (*DEVICE, "direction"),
 )
 CLOCK_EVENT_ACTIVE = _own(
     "clock_event_active",
@@ -189,6 +193,14 @@ POD_LABELS_DROPPED_TOTAL = _own(
     COUNTER,
     "Pod label keys left out because a pod exceeded the per-pod label cap.",
 )
+POD_SERIES_LABELS_DROPPED_TOTAL = _own(
+    "pod_series_labels_dropped_total",
+    COUNTER,
+    "Pod label keys left off the DCGM series (--kubernetes.enable-pod-labels), by reason: "
+    "reserved (a name the series carry already), invalid (no valid label name), duplicate "
+    "(another key of the pod sanitises to the same name), cap (over --kubernetes.max-pod-labels).",
+    ("reason",),
+)
 NODE_INFO = _own(
     "node_info",
     GAUGE,
@@ -218,13 +230,13 @@ HTTP_CONNECTIONS_EVICTED_TOTAL = _own(
 )
 
 OWN_FAMILIES: tuple[MetricFamily, ...] = tuple(_TABLE)
-ALL_FAMILIES: tuple[Declared, ...] = (
-    *FAMILIES,
-    *PROFILING_FAMILIES,
-    XID_ERRORS,
-    XID_ERRORS_TOTAL,
-    *OWN_FAMILIES,
-)
+PLACEHOLDERS = (HOST, LABEL_PREFIXED)
+
+
+def all_families(profile: Profile) -> tuple[Declared, ...]:
+    """Every family one profile's exposition may write: its DCGM_* spellings and our own."""
+    return (*families_for(profile).declared, *OWN_FAMILIES)
+
 
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -250,7 +262,7 @@ def declaration_problems(families: Iterable[Declared], own: Iterable[MetricFamil
         # promtool's lint; the DCGM names cannot follow it, ours can.
         if family.kind == COUNTER and not family.name.endswith("_total"):
             problems.append(f"counter {family.name} does not end in _total")
-        names = [n for n in family.labels if n not in (HOST, LABEL_PREFIXED)]
+        names = [n for n in family.labels if n not in PLACEHOLDERS]
         problems += [
             f"{family.name}: bad label name {n!r}" for n in names if not _LABEL_NAME.fullmatch(n)
         ]
@@ -259,6 +271,32 @@ def declaration_problems(families: Iterable[Declared], own: Iterable[MetricFamil
     return problems
 
 
-_problems = declaration_problems(ALL_FAMILIES, OWN_FAMILIES)
+def meaning_problems(written: Iterable[tuple[str, str]]) -> list[str]:
+    """A DCGM name must mean one reading in every profile that writes it, so that a 4.9 name
+    never reuses a classic name of another meaning (a dashboard for one would read the other).
+    `written`: (name, classic name of what it means) over all profiles."""
+    meanings: dict[str, set[str]] = {}
+    for name, classic in written:
+        meanings.setdefault(name, set()).add(classic)
+    return [
+        f"{name} means {' and '.join(sorted(classics))} in different profiles"
+        for name, classics in meanings.items()
+        if len(classics) > 1
+    ]
+
+
+def profile_problems(profiles: Iterable[Profile], own: Iterable[MetricFamily]) -> list[str]:
+    profiles, own = list(profiles), list(own)
+    problems = [
+        f"--compat.dcgm-exporter={profile.version}: {problem}"
+        for profile in profiles
+        for problem in declaration_problems((*families_for(profile).declared, *own), own)
+    ]
+    return problems + meaning_problems(
+        pair for profile in profiles for pair in families_for(profile).meanings()
+    )
+
+
+_problems = profile_problems(PROFILES.values(), OWN_FAMILIES)
 if _problems:
     raise ValueError("metric family declarations: " + "; ".join(_problems))

@@ -12,7 +12,9 @@ from importlib import metadata
 from typing import Any
 
 from exporter import __version__
+from exporter.clock_events import CLOCK_EVENTS
 from exporter.config import LabelConfig
+from exporter.dcgm_compat import converter
 from exporter.exposition import own_families as own
 from exporter.exposition.attribution_metrics import (
     render_allocations,
@@ -20,16 +22,15 @@ from exporter.exposition.attribution_metrics import (
     render_source_health,
 )
 from exporter.exposition.context import NO_CONTEXT, AttributionContext
-from exporter.exposition.dcgm_families import (
-    CLOCK_EVENTS,
-    FAMILIES,
-    PROFILING_FAMILIES,
-    XID_ERRORS,
-    XID_ERRORS_TOTAL,
-    DcgmFamily,
-)
+from exporter.exposition.dcgm_families import DcgmFamily, families_for
 from exporter.exposition.entities import Entity, dcgm_entities, device_labels, host_labels
-from exporter.exposition.text_format import FamilyWriter, Labels, format_value, label_body
+from exporter.exposition.text_format import (
+    FamilyWriter,
+    Labels,
+    format_dcgm_value,
+    format_value,
+    label_body,
+)
 from exporter.podresources.attribution import attribute
 from exporter.snapshot import ConnectionCounts, NodeSnapshot
 from exporter.xid_messages import xid_message
@@ -42,6 +43,9 @@ def _binding_version() -> str:
         return "unknown"
 
 
+# NVML's NVLink data counters are KiB; our own counter is in bytes.
+_KIB_TO_BYTES = converter("KiB", "B")
+
 BUILD_LABELS: Labels = (
     ("version", __version__),
     ("python_version", platform.python_version()),
@@ -53,18 +57,20 @@ class Renderer:
     def __init__(self, labels: LabelConfig) -> None:
         self._labels = labels
         self._host = host_labels(labels)
+        self._dcgm = families_for(labels.dcgm)
 
     def render_body(self, snapshot: NodeSnapshot, context: AttributionContext = NO_CONTEXT) -> str:
         out = FamilyWriter()
         attribution = attribute(snapshot, context.pods)
-        entities = dcgm_entities(snapshot, self._labels, attribution)
+        entities = dcgm_entities(snapshot, self._labels, attribution, context.kube)
         bodies = [label_body(e.labels) for e in entities]
         readings = [e.readings for e in entities]
         profiling = [e.profiling for e in entities]
-        for families, sources in ((FAMILIES, readings), (PROFILING_FAMILIES, profiling)):
+        for families, sources in ((self._dcgm.gpu, readings), (self._dcgm.profiling, profiling)):
             for family in families:
                 out.family(family, self._dcgm_samples(family, sources, bodies))
         self._xid(out, entities, bodies)
+        self._clock_events(out, entities, bodies)
         self._self_metrics(out, snapshot, context)
         render_capacity(out, snapshot, context, self._labels)
         if context.attribution_enabled:
@@ -81,12 +87,11 @@ class Renderer:
                 continue
             value = family.value(source)
             if value is not None:
-                yield body, format_value(value, family.fixed)
+                yield body, format_dcgm_value(value, family.double)
 
-    @staticmethod
-    def _xid(out: FamilyWriter, entities: list[Entity], bodies: list[str]) -> None:
+    def _xid(self, out: FamilyWriter, entities: list[Entity], bodies: list[str]) -> None:
         out.family(
-            XID_ERRORS,
+            self._dcgm.xid,
             (
                 (
                     body
@@ -103,11 +108,22 @@ class Renderer:
             ),
         )
         out.family(
-            XID_ERRORS_TOTAL,
+            self._dcgm.xid_total,
             (
                 (f'{body},xid="{code}"', str(count))
                 for e, body in zip(entities, bodies, strict=True)
                 for code, count in e.xid.counts
+            ),
+        )
+
+    def _clock_events(self, out: FamilyWriter, entities: list[Entity], bodies: list[str]) -> None:
+        # Board-level counts: every MIG instance of a GPU repeats its board's, as for XIDs.
+        out.family(
+            self._dcgm.clock_events_total,
+            (
+                (f"{body},{label_body((('clock_event', name),))}", str(count))
+                for e, body in zip(entities, bodies, strict=True)
+                for name, count in e.gpu.clock_event_counts
             ),
         )
 
@@ -187,6 +203,22 @@ class Renderer:
                 for g, body in devices
                 if g.up
                 for inst in g.mig_instances
+            ],
+        )
+        out.family(
+            own.NVLINK_DATA_BYTES_TOTAL,
+            [
+                (
+                    f'{body},direction="{direction}"',
+                    format_value(_KIB_TO_BYTES(kib)),
+                )
+                for g, body in devices
+                if g.up and g.readings is not None
+                for direction, kib in (
+                    ("tx", g.readings.nvlink_tx_kib),
+                    ("rx", g.readings.nvlink_rx_kib),
+                )
+                if kib is not None
             ],
         )
         out.family(

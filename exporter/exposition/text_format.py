@@ -46,6 +46,14 @@ def format_value(value: float | int | bool, fixed: bool = False) -> str:
     return repr(value)
 
 
+def format_dcgm_value(value: float | int, double: bool) -> str:
+    """As dcgm-exporter prints a DCGM field: doubles with six decimals, INT64 fields as integers.
+    A float headed for an INT64 field is truncated, as DCGM's own float-to-int64 casts do."""
+    if double or isinstance(value, int) or not math.isfinite(value):
+        return format_value(value, fixed=double)
+    return str(int(value))
+
+
 class FamilyWriter:
     """Accumulates complete metric families; a family with no samples writes nothing."""
 

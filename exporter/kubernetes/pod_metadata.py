@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from exporter.kubernetes.label_names import sanitize_label_name
+from exporter.kubernetes.label_names import (
+    is_series_label,
+    is_valid_label_name,
+    sanitize_label_name,
+    series_label_name,
+)
 
 # gpu-feature-discovery and the MIG manager label nodes under nvidia.com/. The GFD timestamp
 # changes on every relabel and would only churn series.
@@ -24,6 +30,9 @@ class PodMetadata:
     owner_kind: str
     owner_name: str
     labels: tuple[tuple[str, str], ...]  # sanitised Prometheus label name -> raw value, sorted
+    # The same labels as the DCGM series carry them (--kubernetes.enable-pod-labels): no prefix,
+    # sorted. Empty unless that option is on, so no memory is spent on them otherwise.
+    series_labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +46,19 @@ class KubernetesView:
     watch_errors: int
     relists: int
     labels_dropped: int
+    # (reason, pod label keys left off the DCGM series for it), every reason in SERIES_DROP_REASONS
+    # once --kubernetes.enable-pod-labels is on; empty otherwise.
+    series_labels_dropped: tuple[tuple[str, int], ...] = ()
 
 
 EMPTY_VIEW = KubernetesView(MappingProxyType({}), (), False, False, None, None, 0, 0, 0)
+
+# Why a pod label key is not on the DCGM series: its name is one the series carry already
+# (`pod`, `gpu`, `hostname`, ...), it is no valid label name (it starts with a digit), another
+# key of the pod sanitises to the same name (the first in key order stays), or the pod has more
+# than --kubernetes.max-pod-labels of them (the first names in order stay).
+RESERVED, INVALID, DUPLICATE, CAP = "reserved", "invalid", "duplicate", "cap"
+SERIES_DROP_REASONS = (CAP, DUPLICATE, INVALID, RESERVED)
 
 
 def owner_of(metadata: Mapping[str, Any], labels: Mapping[str, str]) -> tuple[str, str]:
@@ -74,13 +93,55 @@ def selected_labels(
     return tuple((n, chosen[n]) for n in names[:cap]), max(0, len(names) - cap)
 
 
+def series_labels(
+    labels: Mapping[str, str], allowlist: re.Pattern[str] | None, cap: int
+) -> tuple[tuple[tuple[str, str], ...], Counter[str]]:
+    """The pod's labels for the DCGM series, dcgm-exporter's spelling: every label, or those the
+    allow-list matches, under names that cannot clash with the series' own; and how many keys
+    were left out, by reason."""
+    chosen: dict[str, str] = {}
+    dropped: Counter[str] = Counter()
+    for key in sorted(labels):
+        if allowlist is not None and not allowlist.fullmatch(key):
+            continue
+        name = series_label_name(key)
+        if not is_valid_label_name(name):
+            dropped[INVALID] += 1
+        elif is_series_label(name):
+            dropped[RESERVED] += 1
+        elif name in chosen:
+            dropped[DUPLICATE] += 1
+        else:
+            chosen[name] = str(labels[key])
+    names = sorted(chosen)
+    if len(names) > cap:
+        dropped[CAP] += len(names) - cap
+    return tuple((n, chosen[n]) for n in names[:cap]), dropped
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelection:
+    """Which pod labels the watcher keeps, and in which spellings."""
+
+    allowlist: re.Pattern[str] | None = None
+    cap: int = 10
+    # --kubernetes.enable-pod-labels: keep them for the DCGM series as well.
+    on_series: bool = False
+
+
 def pod_metadata(
-    obj: Mapping[str, Any], allowlist: re.Pattern[str] | None, cap: int
-) -> tuple[PodMetadata, int]:
+    obj: Mapping[str, Any], selection: LabelSelection
+) -> tuple[PodMetadata, int, Counter[str]]:
+    """The pod's metadata; how many labels the allocation metric's cap dropped; and how many the
+    DCGM series left out, by reason."""
     metadata = obj.get("metadata") or {}
     labels = metadata.get("labels") or {}
     kind, name = owner_of(metadata, labels)
-    chosen, dropped = selected_labels(labels, allowlist, cap)
+    chosen, dropped = selected_labels(labels, selection.allowlist, selection.cap)
+    on_series: tuple[tuple[str, str], ...] = ()
+    series_dropped: Counter[str] = Counter()
+    if selection.on_series:
+        on_series, series_dropped = series_labels(labels, selection.allowlist, selection.cap)
     return (
         PodMetadata(
             namespace=str(metadata.get("namespace", "")),
@@ -89,8 +150,10 @@ def pod_metadata(
             owner_kind=kind,
             owner_name=name,
             labels=chosen,
+            series_labels=on_series,
         ),
         dropped,
+        series_dropped,
     )
 
 

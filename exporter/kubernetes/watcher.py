@@ -23,6 +23,7 @@ import logging
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from types import MappingProxyType
@@ -34,7 +35,9 @@ from exporter.background import BackgroundThread
 from exporter.backoff import Backoff
 from exporter.kubernetes.pod_metadata import (
     EMPTY_VIEW,
+    SERIES_DROP_REASONS,
     KubernetesView,
+    LabelSelection,
     PodMetadata,
     node_gpu_labels,
     pod_metadata,
@@ -89,6 +92,7 @@ class KubernetesWatcher(BackgroundThread):
         node_name: str,
         label_allowlist: re.Pattern[str] | None = None,
         max_labels_per_pod: int = 10,
+        series_labels: bool = False,
         max_backoff_seconds: float = 30.0,
         watch_timeout_seconds: int = 300,
         list_timeout_seconds: float = 30.0,
@@ -97,8 +101,8 @@ class KubernetesWatcher(BackgroundThread):
         super().__init__()
         self._factory = api_client_factory
         self._node = node_name
-        self._allowlist = label_allowlist
-        self._cap = max_labels_per_pod
+        # series_labels: --kubernetes.enable-pod-labels, the pod labels on the DCGM series too.
+        self._selection = LabelSelection(label_allowlist, max_labels_per_pod, series_labels)
         self._max_backoff = max_backoff_seconds
         self._watch_timeout = watch_timeout_seconds
         self._list_timeout = list_timeout_seconds
@@ -108,6 +112,11 @@ class KubernetesWatcher(BackgroundThread):
         self._stall_grace = stall_grace_seconds
         self._lock = threading.Lock()
         self._view = EMPTY_VIEW
+        if series_labels:
+            # Every reason from the start, so rate() over the counter has a first sample.
+            self._view = replace(
+                EMPTY_VIEW, series_labels_dropped=tuple((r, 0) for r in SERIES_DROP_REASONS)
+            )
         self._node_watch = _NodeWatchThread(self)
         self._api: Any = None
         self._open_watches: set[Any] = set()
@@ -158,6 +167,16 @@ class KubernetesWatcher(BackgroundThread):
 
     def _count(self, name: str, by: int = 1) -> None:
         self._replace(lambda fields: fields.__setitem__(name, fields[name] + by))
+
+    def _count_series_drops(self, dropped: Counter[str]) -> None:
+        if not dropped:
+            return
+
+        def add(fields: dict[str, Any]) -> None:
+            totals = Counter(dict(fields["series_labels_dropped"])) + dropped
+            fields["series_labels_dropped"] = tuple((r, totals[r]) for r in SERIES_DROP_REASONS)
+
+        self._replace(add)
 
     def _core(self) -> Any:
         import kubernetes
@@ -257,17 +276,20 @@ class KubernetesWatcher(BackgroundThread):
         items, version = self._list(core.list_pod_for_all_namespaces, selector)
         pods: dict[tuple[str, str], PodMetadata] = {}
         dropped = 0
+        series_dropped: Counter[str] = Counter()
         for obj in items:
-            meta, cut = pod_metadata(obj, self._allowlist, self._cap)
+            meta, cut, left_out = pod_metadata(obj, self._selection)
             pods[(meta.namespace, meta.name)] = meta
             dropped += cut
+            series_dropped += left_out
         self._count("labels_dropped", dropped)
+        self._count_series_drops(series_dropped)
         self._update(pods=MappingProxyType(pods), pods_synced=True, pods_updated_at=time.time())
         self._progressed()
 
         def on_event(kind: str, obj: dict) -> None:
             if kind in ("ADDED", "MODIFIED", "DELETED"):
-                meta, cut = pod_metadata(obj, self._allowlist, self._cap)
+                meta, cut, left_out = pod_metadata(obj, self._selection)
                 key = (meta.namespace, meta.name)
                 current = dict(self._view.pods)
                 if kind == "DELETED":
@@ -275,6 +297,7 @@ class KubernetesWatcher(BackgroundThread):
                 else:
                     if current.get(key) is None:
                         self._count("labels_dropped", cut)
+                        self._count_series_drops(left_out)
                     current[key] = meta
                 self._update(pods=MappingProxyType(current))
             self._update(pods_synced=True, pods_updated_at=time.time())

@@ -2,18 +2,22 @@
 
 Every value NVML has a field id for (ECC, energy, PCIe replays, NVLink, row remapping, memory
 temperature, board power) is fetched in a single `nvmlDeviceGetFieldValues` batch per GPU,
-checking each entry's own return code. Everything else uses the plain getters.
+checking each entry's own return code. Everything else uses the plain getters. The vGPU licence
+state changes on the scale of minutes, so it is read with the identity, not every sweep.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
 
 from exporter.nvml.guarded_calls import GuardedNvml, alt
+from exporter.nvml.nvlink_rate import NvlinkRate, NvlinkSample
 from exporter.snapshot import GpuIdentity, GpuReadings
 
 # NVML field id -> GpuReadings attribute, for the batched counters.
@@ -75,13 +79,30 @@ class _FieldPlan:
     attributes: list[str]
 
 
+_NVLINK_ATTRIBUTES = frozenset(NVLINK_FIELDS.values())
+
+
+@dataclass
+class _Batch:
+    """One field-value batch: summed values, and what the NVLink rate needs from it."""
+
+    values: dict[str, int | float] = field(default_factory=dict)
+    nvlink_ok: int = 0
+    nvlink_failed: int = 0
+    nvlink_timestamp_us: int = 0
+
+
 class DeviceReader:
     def __init__(self, nvml: GuardedNvml, field_values_lock: threading.Lock) -> None:
         self._nvml = nvml
         # Serialised as DataDog does after an incident (datadog-agent #54821).
         self._field_values_lock = field_values_lock
         self._plans: dict[str, _FieldPlan] = {}
+        # Guards the plans and the licence table, which the device workers and the sweep share.
         self._plans_lock = threading.Lock()
+        self._nvlink_rate = NvlinkRate()
+        # UUID -> DCGM's VGPU_LICENSE_STATUS as of the last identity read (None: NVML failed).
+        self._licence: dict[str, int | None] = {}
 
     def read_identity(self, index: int, handle: Any) -> GpuIdentity:
         raw = self._nvml.raw
@@ -89,6 +110,9 @@ class DeviceReader:
         name = _text(raw("nvmlDeviceGetName", handle))
         pci = raw("nvmlDeviceGetPciInfo", handle)
         mig = self._nvml.call(uuid, "mig_mode", "nvmlDeviceGetMigMode", handle)
+        licence = self._vgpu_licence(uuid, handle)
+        with self._plans_lock:
+            self._licence[uuid] = licence
         return GpuIdentity(
             index=index,
             uuid=uuid,
@@ -140,14 +164,49 @@ class DeviceReader:
                 alt("nvmlDeviceGetCurrentClocksThrottleReasons", handle),
             ],
         )
-        batched = self._batched(uuid, handle)
+        batch = self._batched(uuid, handle)
+        batched = batch.values
         average, instant = (batched.pop(a, None) for a in _POWER_FIELDS.values())
         power = average if average is not None else instant
         if power is None:
             power = call(uuid, "power", "nvmlDeviceGetPowerUsage", handle)
         values["power_mw"] = power
+        if batch.nvlink_failed:
+            # A sum over only some links would look like a counter going backwards.
+            for attribute in _NVLINK_ATTRIBUTES:
+                batched.pop(attribute, None)
+        elif batch.nvlink_ok:
+            values["nvlink_kib_per_second"] = self._nvlink_rate.update(
+                uuid,
+                NvlinkSample(
+                    total_kib=int(
+                        batched.get("nvlink_tx_kib", 0) + batched.get("nvlink_rx_kib", 0)
+                    ),
+                    counters=batch.nvlink_ok,
+                    timestamp_us=batch.nvlink_timestamp_us,
+                    monotonic_s=time.monotonic(),
+                ),
+            )
         values.update(batched)
+        with self._plans_lock:
+            values["vgpu_license_status"] = self._licence.get(uuid)
         return GpuReadings(**{k: v for k, v in values.items() if v is not None})
+
+    def _vgpu_licence(self, uuid: str, handle: Any) -> int | None:
+        """DCGM's VGPU_LICENSE_STATUS (docs/nvml.md, 'vGPU licence'): 0 where the GPU has no
+        licensing (bare metal), else whether the vGPU feature is licensed; None on an error."""
+        features = self._nvml.call(
+            uuid, "vgpu_licence", "nvmlDeviceGetGridLicensableFeatures_v4", handle
+        )
+        if features is None:
+            return None
+        if not features.isGridLicenseSupported:
+            return 0
+        count = min(features.licensableFeaturesCount, len(features.gridLicensableFeatures))
+        for feature in features.gridLicensableFeatures[:count]:
+            if feature.featureCode == pynvml.NVML_GRID_LICENSE_FEATURE_CODE_VGPU:
+                return int(feature.featureState > 0)
+        return None  # licensing without a vGPU feature: DCGM publishes nothing either
 
     def _memory(self, uuid: str, handle: Any) -> dict[str, int]:
         mem = self._nvml.first_available(
@@ -160,29 +219,40 @@ class DeviceReader:
         )
         return memory_values(mem)
 
-    def _batched(self, uuid: str, handle: Any) -> dict[str, int | float]:
+    def _batched(self, uuid: str, handle: Any) -> _Batch:
         plan = self._plan(uuid, handle)
+        batch = _Batch()
         if not plan.request:
-            return {}
+            return batch
         with self._field_values_lock:
             entries = self._nvml.call(
                 uuid, "field_values", "nvmlDeviceGetFieldValues", handle, plan.request
             )
         if entries is None:
-            return {}
-        out: dict[str, int | float] = {}
+            return batch
+        out = batch.values
         refused: list[int] = []
         for position, (entry, attribute) in enumerate(zip(entries, plan.attributes, strict=True)):
             value = field_value(entry)
+            nvlink = attribute in _NVLINK_ATTRIBUTES
             if value is None:
                 if entry.nvmlReturn in _REFUSED:
                     refused.append(position)
+                elif nvlink:
+                    batch.nvlink_failed += 1
                 continue
+            if nvlink:
+                batch.nvlink_ok += 1
+                # The newest stamp dates the sum, as DCGM does when it adds tx and rx.
+                batch.nvlink_timestamp_us = max(batch.nvlink_timestamp_us, int(entry.timestamp))
             # NVLink counters come per link; everything else once.
             out[attribute] = out.get(attribute, 0) + value
         if refused:
             self._drop_from_plan(uuid, refused)
-        return out
+            if any(plan.attributes[i] in _NVLINK_ATTRIBUTES for i in refused):
+                # Fewer links from now on: this sum is not comparable with the next one.
+                batch.nvlink_failed += 1
+        return batch
 
     def _plan(self, uuid: str, handle: Any) -> _FieldPlan:
         with self._plans_lock:
@@ -226,8 +296,30 @@ class DeviceReader:
             )
 
     def forget(self, uuid: str) -> None:
+        """The device was reconfigured (MIG mode) or replaced: ask it afresh."""
         with self._plans_lock:
             self._plans.pop(uuid, None)
+        self._nvlink_rate.forget(uuid)
+
+    def lost(self, uuid: str) -> None:
+        """The GPU fell off the bus: when it returns its counters may have restarted."""
+        self._nvlink_rate.forget(uuid)
+
+    def retain(self, uuids: Iterable[str]) -> None:
+        """Drop what is kept for GPUs that NVML no longer enumerates."""
+        keep = set(uuids)
+        with self._plans_lock:
+            for table in (self._plans, self._licence):
+                for uuid in [u for u in table if u not in keep]:
+                    del table[uuid]
+        self._nvlink_rate.retain(keep)
+
+    def invalidate(self) -> None:
+        """NVML was shut down under us (driver unloaded or reloaded): counters may restart, and
+        the licence is read again with the identities."""
+        self._nvlink_rate.clear()
+        with self._plans_lock:
+            self._licence.clear()
 
 
 def memory_values(mem: Any) -> dict[str, int]:

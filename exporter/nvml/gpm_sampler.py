@@ -34,6 +34,11 @@ METRICS: tuple[tuple[int, str, float], ...] = (
     (pynvml.NVML_GPM_METRIC_SM_UTIL, "sm_active", PERCENT),
     (pynvml.NVML_GPM_METRIC_SM_OCCUPANCY, "sm_occupancy", PERCENT),
     (pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL, "tensor_active", PERCENT),
+    # The per-pipe tensor metrics DCGM maps its PIPE_TENSOR_{HMMA,IMMA,DFMA}_ACTIVE fields to
+    # (docs/nvml.md, 'GPM').
+    (pynvml.NVML_GPM_METRIC_HMMA_TENSOR_UTIL, "tensor_hmma_active", PERCENT),
+    (pynvml.NVML_GPM_METRIC_IMMA_TENSOR_UTIL, "tensor_imma_active", PERCENT),
+    (pynvml.NVML_GPM_METRIC_DFMA_TENSOR_UTIL, "tensor_dfma_active", PERCENT),
     (pynvml.NVML_GPM_METRIC_FP64_UTIL, "fp64_active", PERCENT),
     (pynvml.NVML_GPM_METRIC_FP32_UTIL, "fp32_active", PERCENT),
     (pynvml.NVML_GPM_METRIC_FP16_UTIL, "fp16_active", PERCENT),

@@ -23,6 +23,9 @@ class Holder:
     resource: str
     device_id: str  # the device ID without its replica suffix
     replicas: int  # how many of the device's IDs (time-slicing or MPS replicas) this container has
+    # The shares among those IDs (`2` of `GPU-...::2`, `1` of GKE's `nvidia0/vgpu1`), in
+    # share_order; empty when the container holds the device itself rather than shares of it.
+    shares: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +43,11 @@ class Attribution:
 
 
 EMPTY = Attribution({}, ())
+
+
+def share_order(share: str) -> tuple[int, int, str]:
+    """Numeric shares by number (`2` before `10`), anything else after them by text."""
+    return (0, int(share), share) if share.isascii() and share.isdigit() else (1, 0, share)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,10 +99,13 @@ def attribute(node: NodeSnapshot, pods: PodResourcesSnapshot | None) -> Attribut
     if pods is None:
         return EMPTY
     index = _DeviceIndex.of(node)
-    replicas: dict[tuple[DeviceKey | None, str, str, str, str, str], int] = defaultdict(int)
+    # Per holding: how many IDs, and which shares among them.
+    held: dict[tuple[DeviceKey | None, str, str, str, str, str], list[str | None]] = defaultdict(
+        list
+    )
     for allocation in pods.allocations:
         key = resolve(allocation, index)
-        replicas[
+        held[
             (
                 key,
                 allocation.namespace,
@@ -103,13 +114,14 @@ def attribute(node: NodeSnapshot, pods: PodResourcesSnapshot | None) -> Attribut
                 allocation.resource,
                 allocation.device.device_key,
             )
-        ] += 1
+        ].append(allocation.device.shared_id)
     holders: dict[DeviceKey, list[Holder]] = defaultdict(list)
     unresolved: list[Holder] = []
-    for (key, namespace, pod, container, resource, device_id), count in sorted(
-        replicas.items(), key=lambda item: (str(item[0][0]), *item[0][1:])
+    for (key, namespace, pod, container, resource, device_id), ids in sorted(
+        held.items(), key=lambda item: (str(item[0][0]), *item[0][1:])
     ):
-        holder = Holder(namespace, pod, container, resource, device_id, count)
+        shares = tuple(sorted({s for s in ids if s is not None}, key=share_order))
+        holder = Holder(namespace, pod, container, resource, device_id, len(ids), shares)
         if key is None:
             unresolved.append(holder)
         else:

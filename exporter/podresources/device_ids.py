@@ -37,9 +37,24 @@ class DeviceRef:
     @property
     def device_key(self) -> str:
         """The physical device this ID points at, replicas folded together."""
-        return self.raw.split("::", 1)[0]
+        base = self.raw.split("::", 1)[0]
+        if self.kind in (DeviceKind.GKE_GPU, DeviceKind.GKE_MIG):
+            return base.split(_GKE_VGPU, 1)[0]
+        return base
+
+    @property
+    def shared_id(self) -> str | None:
+        """Which share of a shared device this ID is, as dcgm-exporter's `vgpu` label spells it:
+        the text after GKE's "/vgpu", else after "::" (up to a further "::"); None for an ID
+        that is not a share."""
+        if _GKE_VGPU in self.raw:
+            return self.raw.split(_GKE_VGPU)[1]
+        if "::" in self.raw:
+            return self.raw.split("::")[1]
+        return None
 
 
+_GKE_VGPU = "/vgpu"
 _LEGACY_MIG = re.compile(r"^MIG-(GPU-[0-9a-fA-F-]+)/(\d+)/(\d+)$")
 _GKE = re.compile(r"^nvidia(\d+)(?:/gi(\d+))?(?:/vgpu(\d+))?$")
 

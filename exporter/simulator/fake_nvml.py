@@ -121,6 +121,9 @@ class FakeNvml:
         self.fleet = fleet
         self._clock = clock
         self._t0 = clock()
+        # Field values carry wall-clock microseconds like the driver's; they advance with the
+        # simulated clock so that a caller stepping time sees matching stamps.
+        self._wall_t0 = time.time()
         self.gpus = [SimGpu(i, spec, fleet.seed, self.now()) for i, spec in enumerate(fleet.gpus)]
         self.faults = CallFaults()
         self.calls: Counter[str] = Counter()
@@ -142,6 +145,10 @@ class FakeNvml:
 
     def now(self) -> float:
         return self._clock() - self._t0 + 3600.0
+
+    def timestamp_us(self) -> int:
+        """Microseconds since 1970 for `now()`, as `c_nvmlFieldValue_t.timestamp` carries."""
+        return int((self._wall_t0 + self._clock() - self._t0) * 1e6)
 
     # Installing into pynvml
 
@@ -332,8 +339,9 @@ class FakeNvml:
             gpu.workload, gpu.shape = workload, SHAPES[workload]
 
     def reset_gpu(self, index: int) -> None:
-        """`nvidia-smi --gpu-reset`: volatile ECC counts start over, a pending row remap is
-        applied, and a lost GPU answers again. Aggregate counts and remap failures persist."""
+        """`nvidia-smi --gpu-reset`: volatile ECC counts and NVLink data counters start over, a
+        pending row remap is applied, and a lost GPU answers again. Aggregate counts and remap
+        failures persist."""
         gpu = self.gpus[index]
         with gpu.lock:
             gpu.ecc_sbe_history += gpu.ecc_sbe_volatile
@@ -341,6 +349,7 @@ class FakeNvml:
             gpu.ecc_sbe_volatile = gpu.ecc_dbe_volatile = 0
             gpu.remapped_pending = 0
             gpu.lost = False
+        gpu.reset_nvlink_counters(self.now())
 
     def _emit(self, index: int, event_type: int, data: int, gpu_instance_id: int | None) -> None:
         gi = NO_INSTANCE if gpu_instance_id is None else gpu_instance_id
@@ -670,6 +679,26 @@ class FakeNvml:
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, gpu: SimGpu, instance: None) -> int:
         return gpu.clock_event_reasons(self.now())
 
+    # ---- vGPU licensing ----
+
+    @_api()
+    def nvmlDeviceGetGridLicensableFeatures_v4(self, gpu: SimGpu, instance: None) -> Any:
+        features = pynvml.c_nvmlGridLicensableFeatures_v4_t()
+        if gpu.vgpu_license is None:
+            return features  # bare metal: isGridLicenseSupported = 0, no features
+        features.isGridLicenseSupported = 1
+        features.licensableFeaturesCount = 1
+        vgpu = features.gridLicensableFeatures[0]
+        vgpu.featureCode = pynvml.NVML_GRID_LICENSE_FEATURE_CODE_VGPU
+        vgpu.featureState = int(gpu.vgpu_license == "licensed")
+        vgpu.featureEnabled = 1
+        vgpu.productName = b"NVIDIA Virtual Compute Server"
+        return features
+
+    @_api()
+    def nvmlDeviceGetGridLicensableFeatures(self, gpu: SimGpu, instance: None) -> Any:
+        return self.nvmlDeviceGetGridLicensableFeatures_v4(gpu, instance)
+
     # ---- Reliability ----
 
     @_api()
@@ -728,7 +757,7 @@ class FakeNvml:
     ) -> Any:
         values = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
         t = self.now()
-        stamp = int(time.time() * 1e6)
+        stamp = self.timestamp_us()
         for i, requested in enumerate(field_ids):
             field_id, scope = requested if isinstance(requested, tuple) else (requested, 0)
             entry = values[i]

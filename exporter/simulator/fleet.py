@@ -15,6 +15,7 @@ from exporter.simulator.gpu_models import MODELS, GpuModel, find_model
 from exporter.simulator.mig_layout import MigLayoutError, PlacedInstance, place
 
 WORKLOADS = ("training", "inference", "batch", "idle")
+VGPU_LICENSES = ("licensed", "unlicensed")
 MAX_GPUS = 64
 MAX_FILE_BYTES = 1 << 20
 SHOWN_KEY = 40
@@ -32,6 +33,8 @@ class GpuSpec:
     ecc: bool
     # None: MIG disabled (or unsupported). A tuple, possibly empty: MIG enabled with these.
     mig: tuple[PlacedInstance, ...] | None
+    # None: bare metal, no vGPU licensing. Else a vGPU guest whose licence is in this state.
+    vgpu_license: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +141,9 @@ class _Parser:
         return FleetSpec(node_name, driver, seed, call_us, pcie_ms, tuple(gpus))
 
     def _gpu(self, entry: Any, path: str, driver: str) -> tuple[GpuSpec, int]:
-        gpu = self._mapping(entry, path, {"model", "count", "workload", "ecc", "mig"})
+        gpu = self._mapping(
+            entry, path, {"model", "count", "workload", "ecc", "mig", "vgpu_license"}
+        )
         model_name = gpu.get("model")
         model = find_model(model_name) if isinstance(model_name, str) else None
         if model is None:
@@ -156,6 +161,12 @@ class _Parser:
         ecc = gpu.get("ecc", True)
         if not isinstance(ecc, bool):
             raise self._fail(f"{path}.ecc", f"expected true or false, got {_kind(ecc)}")
+        vgpu_license = gpu.get("vgpu_license")
+        if vgpu_license is not None and vgpu_license not in VGPU_LICENSES:
+            raise self._fail(
+                f"{path}.vgpu_license",
+                f"{small_yaml.shown(vgpu_license)} is not one of {', '.join(VGPU_LICENSES)}",
+            )
         mig = gpu.get("mig")
         placed: tuple[PlacedInstance, ...] | None = None
         if mig is not None:
@@ -185,7 +196,7 @@ class _Parser:
                 if suffix:
                     raise self._fail(f"{path}.mig{suffix[0]}", suffix[1].strip()) from None
                 raise self._fail(f"{path}.mig", message) from None
-        return GpuSpec(model, workload, ecc, placed), count
+        return GpuSpec(model, workload, ecc, placed, vgpu_license), count
 
 
 def _kind(value: Any) -> str:

@@ -101,11 +101,9 @@ def metric_value(
         return _mean([gpu.pcie_kbps(t, transmit) * 1024 / MIB for t in instants])
     if not gpu.model.nvlink_links:
         return None
-    # The NVLink counters' all-reduce model: ~300 GB/s per direction at full load.
-    kib_per_s = (
-        busy * 300e6 * (1.0 if metric_id == M.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC else 0.98)
-    )
-    return kib_per_s * 1024 / MIB
+    # The same load model the NVLink field counters integrate.
+    transmit = metric_id == M.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC
+    return _mean([gpu.nvlink_kib_per_s(t, transmit) * 1024 / MIB for t in instants])
 
 
 def metric_names(metric_id: int) -> tuple[bytes, bytes, bytes]:

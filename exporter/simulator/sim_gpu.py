@@ -5,6 +5,7 @@ All values are in NVML's own units: mW, mJ, bytes, MHz, KB/s, KiB, degrees C.
 
 from __future__ import annotations
 
+import math
 import threading
 import uuid as uuidlib
 from dataclasses import dataclass, field
@@ -20,6 +21,15 @@ GPU_IDLE = 0x1
 SW_POWER_CAP = 0x4
 SW_THERMAL_SLOWDOWN = 0x20
 HW_THERMAL_SLOWDOWN = 0x40
+# The NVLink load model, all-reduce traffic of a busy GPU: KiB/s over all links at full load in
+# the transmit direction; receive is a touch lower.
+NVLINK_FULL_LOAD_KIB_PER_S = 300e6
+NVLINK_RX_SHARE = 0.98
+# Traffic the link counters already hold at start: about a day at a third of full load, so that
+# a counter reset shows as a drop, as on a node that has been up a while.
+NVLINK_HISTORY_S = 0.33 * 86400
+_INTEGRATION_PIECE_S = 60.0
+_MAX_INTEGRATED_S = 3600.0
 # DGX H100 PCI bus numbers of its eight GPUs.
 _DGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 
@@ -102,11 +112,16 @@ class SimGpu:
         self.remapped_pending = 0
         self.remapped_failure = 0
         self.pcie_replays = 0
+        # None: a bare-metal GPU without vGPU licensing. "licensed"/"unlicensed": a vGPU guest.
+        self.vgpu_license = spec.vgpu_license
         links = self.model.nvlink_links
+        history_kib = (
+            NVLINK_FULL_LOAD_KIB_PER_S * NVLINK_HISTORY_S * (1 + index / 10) / max(1, links)
+        )
         self.counters = Counters(
             energy_mj=1.0e9 + index * 3.3e7,
-            nvlink_tx_kib=[0.0] * links,
-            nvlink_rx_kib=[0.0] * links,
+            nvlink_tx_kib=[history_kib] * links,
+            nvlink_rx_kib=[history_kib * NVLINK_RX_SHARE] * links,
             advanced_to=clock_start,
         )
 
@@ -219,22 +234,40 @@ class SimGpu:
             last = self.counters.advanced_to
             if last is None or t <= last:
                 return
-            step = min(t - last, 60.0)
-            # Midpoint power over the interval, good enough at sweep granularity.
-            mid = last + step / 2
-            self.counters.energy_mj += self.power_mw(mid) * step
+            # Midpoint rule in pieces of at most a minute, good enough at sweep granularity; a
+            # gap longer than the cap (a test jumping the clock by hours) counts its last part.
+            span = min(t - last, _MAX_INTEGRATED_S)
+            pieces = math.ceil(span / _INTEGRATION_PIECE_S)
+            width = span / pieces
             links = self.model.nvlink_links
-            if links:
-                # Training all-reduce traffic: up to ~300 GB/s per direction across all links.
-                per_link_kib_s = self.utilization(mid) * 300e6 / links
-                for i in range(links):
-                    self.counters.nvlink_tx_kib[i] += per_link_kib_s * step
-                    self.counters.nvlink_rx_kib[i] += per_link_kib_s * step * 0.98
+            for k in range(pieces):
+                mid = t - span + width * (k + 0.5)
+                self.counters.energy_mj += self.power_mw(mid) * width
+                if links:
+                    per_link_kib = self.nvlink_kib_per_s(mid, transmit=True) * width / links
+                    for i in range(links):
+                        self.counters.nvlink_tx_kib[i] += per_link_kib
+                        self.counters.nvlink_rx_kib[i] += per_link_kib * NVLINK_RX_SHARE
             self.counters.advanced_to = t
 
     def energy_mj(self, t: float) -> int:
         self.advance(t)
         return int(self.counters.energy_mj)
+
+    def nvlink_kib_per_s(self, t: float, transmit: bool) -> float:
+        """NVLink traffic at time t over all links, one direction; 0 without NVLink."""
+        if not self.model.nvlink_links:
+            return 0.0
+        share = 1.0 if transmit else NVLINK_RX_SHARE
+        return self.utilization(t) * NVLINK_FULL_LOAD_KIB_PER_S * share
+
+    def reset_nvlink_counters(self, t: float) -> None:
+        """The link counters start over from zero, as after a GPU reset."""
+        with self.lock:
+            self.advance(t)
+            links = self.model.nvlink_links
+            self.counters.nvlink_tx_kib = [0.0] * links
+            self.counters.nvlink_rx_kib = [0.0] * links
 
     def nvlink_kib(self, t: float, link: int, transmit: bool) -> int:
         self.advance(t)

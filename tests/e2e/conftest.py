@@ -1,6 +1,9 @@
 """One local stack for the whole end-to-end session: the exporter on its simulated node, a real
 Prometheus with the bundle's static scrape config and rules, a real Alertmanager posting to a
-webhook inside the test, and synthetic kube-state-metrics.
+webhook inside the test, and synthetic kube-state-metrics. Beside them, for dcgm-exporter's own
+consumers: a companion exporter for each other classic profile and the GPU Operator's recording
+rules (upstream_profiles.py). Another flavour of the bundle gets a stack of its own
+(`started_stack`, used by test_panels.py).
 
 Test-only overrides (never written to the committed files): scrape, evaluation and collection
 every second, every alert `for` 5s and look-back window 15s, Alertmanager grouping within 1s.
@@ -11,18 +14,53 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
-from bundle.config import DEFAULT
+from bundle.config import DEFAULT, BundleConfig
 from bundle.localstack.configs import FAST, quick_alerts
 from bundle.localstack.prometheus_api import PrometheusAPI
-from bundle.localstack.stack import LocalStack
+from bundle.localstack.stack import CompanionExporter, LocalStack
 from dashboards.grafana_queries import seconds
 from tests.e2e.ksm_fake import FakeKubeStateMetrics
+from tests.e2e.upstream_profiles import (
+    GPU_OPERATOR_RULES_FILE,
+    companions,
+    gpu_operator_rules_yaml,
+)
 
 KSM_JOB = "kube-state-metrics"
+
+
+@contextmanager
+def started_stack(
+    workdir: Path,
+    config: BundleConfig,
+    ksm: FakeKubeStateMetrics,
+    companion_exporters: list[CompanionExporter] | None = None,
+    extra_rules: dict[str, str] | None = None,
+) -> Iterator[LocalStack]:
+    """A stack on `config` (with the test-only overrides), its exporter on the same profile,
+    scraping `ksm` as kube-state-metrics; yielded once every target has been scraped."""
+    job = {
+        "job_name": KSM_JOB,
+        "honor_labels": True,
+        "static_configs": [{"targets": [ksm.address]}],
+    }
+    local = LocalStack(
+        workdir,
+        quick_alerts(config),
+        FAST,
+        extra_jobs=[job],
+        companions=companion_exporters or (),
+        extra_rules=extra_rules,
+    )
+    with local:
+        local.wait_for_scrapes()
+        yield local
 
 
 @pytest.fixture(scope="session")
@@ -34,16 +72,13 @@ def ksm() -> Iterator[FakeKubeStateMetrics]:
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory, ksm: FakeKubeStateMetrics) -> Iterator[LocalStack]:
-    job = {
-        "job_name": KSM_JOB,
-        "honor_labels": True,
-        "static_configs": [{"targets": [ksm.address]}],
-    }
-    local = LocalStack(
-        tmp_path_factory.mktemp("stack"), quick_alerts(DEFAULT), FAST, extra_jobs=[job]
-    )
-    with local:
-        local.wait_for_scrapes()
+    with started_stack(
+        tmp_path_factory.mktemp("stack"),
+        DEFAULT,
+        ksm,
+        companions(),
+        {GPU_OPERATOR_RULES_FILE: gpu_operator_rules_yaml()},
+    ) as local:
         yield local
 
 

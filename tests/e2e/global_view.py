@@ -20,6 +20,7 @@ from bundle.localstack.configs import (
     RULE_FILES,
     Timing,
     alertmanager_config,
+    exporter_flags,
     write_rule_files,
 )
 from bundle.localstack.processes import (
@@ -107,7 +108,11 @@ class GlobalView:
         return Cluster(
             name,
             simulated_exporter(
-                f"exporter ({name})", exporter, self.timing, directory / "exporter.log"
+                f"exporter ({name})",
+                exporter,
+                self.timing,
+                directory / "exporter.log",
+                exporter_flags(self.config),
             ),
             ChildProcess(
                 f"prometheus agent ({name})",

@@ -5,29 +5,52 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
+from bundle.config import DEFAULT
+from bundle.flavours import flavour_paths
 from bundle.localstack.configs import FAST
 from bundle.localstack.prometheus_api import PrometheusAPI
+from bundle.render import ROOT
 from dashboards.grafana_queries import macros, panel_queries, resolve_variables, seconds, substitute
 
-ROOT = Path(__file__).resolve().parents[2]
-DASHBOARDS = sorted((ROOT / "dashboards" / "provisioned").glob("*.json"))
-# Panels that can only have data where kube-state-metrics runs; test_panels proves the list
-# exact (these and only these are empty without it), then fills them from synthetic series.
-NEEDS_KUBE_STATE_METRICS = {
-    ("GPU / Cluster Capacity", "GPUs requested by pending pods"),
-    ("GPU / Cluster Capacity", "Pending GPU requests per namespace"),
+
+def dashboards_of(version: str) -> list[Path]:
+    """The provisioned dashboards of the bundle flavour for a dcgm-exporter profile."""
+    return sorted(ROOT / path for path in flavour_paths(version).provisioned)
+
+
+# Panels that can only have data where kube-state-metrics runs, by dashboard file and panel
+# title; test_panels proves the list exact (these and only these are empty without it), then
+# fills them from synthetic series.
+_KUBE_STATE_METRICS_PANELS = {
+    "gpu-cluster-capacity": ("GPUs requested by pending pods", "Pending GPU requests per namespace")
 }
 
 
+def needs_kube_state_metrics(dashboards: Sequence[Path]) -> set[tuple[str, str]]:
+    """(dashboard title, panel title) of those panels in `dashboards`."""
+    return {
+        (json.loads(path.read_text())["title"], panel)
+        for path in dashboards
+        for panel in _KUBE_STATE_METRICS_PANELS.get(path.stem, ())
+    }
+
+
+DASHBOARDS = dashboards_of(DEFAULT.dcgm_version)
+NEEDS_KUBE_STATE_METRICS = needs_kube_state_metrics(DASHBOARDS)
+
+
 def run_panels(
-    api: PrometheusAPI, only: set[tuple[str, str]] | None = None
+    api: PrometheusAPI,
+    only: set[tuple[str, str]] | None = None,
+    dashboards: Sequence[Path] = DASHBOARDS,
 ) -> dict[tuple[str, str], list]:
     """(dashboard, panel) -> the series each of its queries returned, empty lists kept."""
     results: dict[tuple[str, str], list] = {}
     now = time.time()
-    for path in DASHBOARDS:
+    for path in dashboards:
         dashboard = json.loads(path.read_text())
         variables = resolve_variables(dashboard, api)
         grafana_macros = macros(dashboard, seconds(FAST.scrape_interval))

@@ -58,11 +58,16 @@ def node(stack) -> dict[str, Any]:
     victim = next(
         g for g in gpus if not g["mig_enabled"] and len(g["pods"]) == 1 and g["workload"] != "idle"
     )
-    return {"gpus": gpus, "victim": victim, "name": stack.node_name}
+    return {
+        "gpus": gpus,
+        "victim": victim,
+        "name": stack.node_name,
+        "host_label": stack.config.host_label,
+    }
 
 
 def gpu_labels(node: dict[str, Any], gpu: dict[str, Any]) -> dict[str, str]:
-    return {"Hostname": node["name"], "gpu": str(gpu["index"]), "UUID": gpu["uuid"]}
+    return {node["host_label"]: node["name"], "gpu": str(gpu["index"]), "UUID": gpu["uuid"]}
 
 
 def names_pod(alert: Alert, gpu: dict[str, Any]) -> bool:

@@ -1,4 +1,6 @@
-"""`make demo` as a user runs it: it prints working URLs, and Ctrl-C (SIGINT) stops every part."""
+"""`make demo` as a user runs it, for each flavour of the bundle: it prints working URLs and where
+that flavour's dashboards are, its exporter serves that flavour's metric names, and Ctrl-C
+(SIGINT) stops every part."""
 
 from __future__ import annotations
 
@@ -9,13 +11,24 @@ import sys
 import time
 import urllib.request
 
+import pytest
+
+from bundle.flavours import FLAVOURS, flavour_paths
 from tests.e2e.conftest import wait_until
 
 
-def test_demo_prints_live_urls_and_stops_cleanly(tmp_path):
+@pytest.mark.parametrize("version", sorted(FLAVOURS))
+def test_demo_prints_live_urls_and_stops_cleanly(tmp_path, version):
     ports = [f"--{part}-port=0" for part in ("exporter", "prometheus", "alertmanager", "webhook")]
     demo = subprocess.Popen(
-        [sys.executable, "-m", "bundle.localstack", f"--workdir={tmp_path}", *ports],
+        [
+            sys.executable,
+            "-m",
+            "bundle.localstack",
+            f"--compat.dcgm-exporter={version}",
+            f"--workdir={tmp_path}",
+            *ports,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -32,8 +45,11 @@ def test_demo_prints_live_urls_and_stops_cleanly(tmp_path):
             re.findall(r"^  (Exporter metrics|Prometheus|Alertmanager)\s+(\S+)", banner, re.M)
         )
         assert set(urls) == {"Exporter metrics", "Prometheus", "Alertmanager"}
+        dashboards = flavour_paths(version).grafana_com[0].parent
+        assert f"import {dashboards}/*.json" in banner
+        temperature = FLAVOURS[version].profile.name("DCGM_FI_DEV_GPU_TEMP")
         with urllib.request.urlopen(urls["Exporter metrics"], timeout=5) as response:
-            assert b"DCGM_FI_DEV_GPU_TEMP{" in response.read()
+            assert f"\n{temperature}{{".encode() in response.read()
         for part in ("Prometheus", "Alertmanager"):
             with urllib.request.urlopen(f"{urls[part]}/-/ready", timeout=5) as response:
                 assert response.status == 200

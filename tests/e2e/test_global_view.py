@@ -100,8 +100,8 @@ def test_recorded_series_keep_their_cluster_and_same_named_nodes_stay_apart(view
         allocated = _by_cluster(view.api.query(f"sum by (cluster) ({r.NS_ALLOCATED})"))
         raw = _by_cluster(
             view.api.query(
-                "count by (cluster) (max by (cluster, Hostname, UUID, GPU_I_ID, namespace, "
-                "resource) (kube_gpu_exporter_pod_device_allocation))"
+                f"count by (cluster) (max by (cluster, {CONFIG.host_label}, UUID, GPU_I_ID, "
+                "namespace, resource) (kube_gpu_exporter_pod_device_allocation))"
             )
         )
         return allocated, raw
@@ -134,7 +134,7 @@ def test_an_alert_names_the_cluster_it_fired_in(view):
     received = [(a["labels"].get("alertname"), a["status"]) for a in view.webhook.alerts()]
     assert firing, f"GPUXidCritical never reached Alertmanager from vmalert; received {received}"
     labels = firing["labels"]
-    assert (labels["cluster"], labels["Hostname"], labels["UUID"], labels["xid"]) == (
+    assert (labels["cluster"], labels[CONFIG.host_label], labels["UUID"], labels["xid"]) == (
         "east",
         view.node_name,
         victim["uuid"],

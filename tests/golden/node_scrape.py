@@ -25,6 +25,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from exporter.app import attribution_sources, exposition_store, simulated_node, with_node_name
 from exporter.cli import parse_config
 from exporter.config import Config
+from exporter.dcgm_compat import DEFAULT_VERSION, PROFILES, DcgmVersion, Profile
 from exporter.poller import Poller
 from exporter.server import build_app
 from exporter.simulator.fake_kubelet import FakeKubelet
@@ -47,17 +48,31 @@ class Golden:
     flags: tuple[str, ...] = ()
     # Serve a fake Kubernetes API with the kubelet's pods and this node's GPU labels.
     kubernetes: bool = False
+    # The --compat.dcgm-exporter release the scrape imitates.
+    dcgm: DcgmVersion = DEFAULT_VERSION
 
     @property
     def path(self) -> Path:
         return GOLDEN_DIR / self.file
 
+    @property
+    def profile(self) -> Profile:
+        return PROFILES[self.dcgm]
+
 
 GOLDENS: tuple[Golden, ...] = (
     Golden("default_node.prom"),
+    Golden("default_node_dcgm_4.8.2.prom", dcgm=DcgmVersion.V4_8_2),
+    Golden("default_node_dcgm_4.9.prom", dcgm=DcgmVersion.V4_9),
     Golden(
         "kubernetes_node.prom",
-        ("--kubernetes", "--kubernetes.pod-label-allowlist=team"),
+        (
+            "--kubernetes",
+            "--kubernetes.pod-label-allowlist=team",
+            # dcgm-exporter's opt-ins, so the golden pins pod_uid and pod labels on DCGM series.
+            "--kubernetes.enable-pod-uid",
+            "--kubernetes.enable-pod-labels",
+        ),
         kubernetes=True,
     ),
 )
@@ -66,7 +81,7 @@ GOLDENS: tuple[Golden, ...] = (
 def scrape(golden: Golden) -> str:
     """The plain-text body a GET of the telemetry path answers."""
     with contextlib.ExitStack() as stack:
-        flags = list(golden.flags)
+        flags = [*golden.flags, f"--compat.dcgm-exporter={golden.dcgm.value}"]
         api = None
         if golden.kubernetes:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="golden-")))

@@ -1,0 +1,54 @@
+"""Per GPU, how many sweeps saw each clock event reason active: our DCGM_EXP_CLOCK_EVENTS_TOTAL.
+
+dcgm-exporter 4.8.3 counts, per reason bit, the reported samples whose reason mask has that bit
+(docs/dcgm-exporter-compatibility.md, 'Clock events'); a sweep is our sample. Counts live as long
+as the exporter, so a sweep in which NVML failed adds nothing and takes nothing away; only a GPU
+that NVML no longer enumerates loses its counts. Every reason is reported, zeros included, from
+the first mask read, so that rate() has a starting point before the reason first fires.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from exporter.clock_events import CLOCK_EVENTS
+
+Counts = tuple[tuple[str, int], ...]
+
+
+class ClockEventCounts:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # UUID -> count per CLOCK_EVENTS entry, in that table's order.
+        self._counts: dict[str, list[int]] = {}
+
+    def record(self, uuid: str, reasons: int | None) -> Counts:
+        """Add one sweep's reason mask (None: NVML gave none this sweep) and return the counts."""
+        with self._lock:
+            counts = self._counts.get(uuid)
+            if reasons is not None:
+                if counts is None:
+                    counts = self._counts[uuid] = [0] * len(CLOCK_EVENTS)
+                for position, (bit, _name) in enumerate(CLOCK_EVENTS):
+                    if reasons & bit:
+                        counts[position] += 1
+            return _named(counts)
+
+    def counts(self, uuid: str) -> Counts:
+        """The counts so far, without a new sweep (the GPU did not answer this time)."""
+        with self._lock:
+            return _named(self._counts.get(uuid))
+
+    def retain(self, uuids: Iterable[str]) -> None:
+        """Forget the GPUs that are no longer enumerated."""
+        keep = set(uuids)
+        with self._lock:
+            for uuid in [u for u in self._counts if u not in keep]:
+                del self._counts[uuid]
+
+
+def _named(counts: list[int] | None) -> Counts:
+    if counts is None:
+        return ()
+    return tuple((name, count) for (_bit, name), count in zip(CLOCK_EVENTS, counts, strict=True))
