@@ -110,10 +110,20 @@ def test_stalled_handshakes_are_counted_evicted_first_and_timed_out(tls_exporter
         opened = time.monotonic()
         for _ in range(FILE_LIMIT + 50):
             stalled.append(socket.create_connection(("127.0.0.1", port)))
-        status, text = scrape(port, client)
-        assert status == 200, text[-500:]
-        # Unbounded, the exporter saw none of them: it counted only this scrape.
-        assert CAP - 10 <= metric(text, "kube_gpu_exporter_http_connections") <= CAP
+        # connect() returns once the kernel holds the connection, which can be before the
+        # exporter accepts it, so a scrape can be served first: wait for the count, with a
+        # deadline. Unbounded, the exporter saw none of them and counted only the scrape.
+        last: list[tuple[int, str]] = []
+
+        def counted() -> bool:
+            last[:] = [scrape(port, client)]
+            status, text = last[0]
+            assert status == 200, text[-500:]
+            return metric(text, "kube_gpu_exporter_http_connections") >= CAP - 10
+
+        assert wait_for(counted, timeout=HANDSHAKE_SECONDS - 1), last[0][1][-300:]
+        status, text = last[0]
+        assert metric(text, "kube_gpu_exporter_http_connections") <= CAP
         evicted = metric(text, "kube_gpu_exporter_http_connections_evicted_total")
         assert evicted >= len(stalled) - CAP
         # The oldest went first, and the descriptors stay within the cap.
