@@ -9,6 +9,8 @@ from bundle.promql import QueryBuilder
 
 
 def group(config: BundleConfig) -> Group:
+    # A GPU offered through DRA has allocatable units too (ResourceSlices with --kubernetes,
+    # else its claimed devices), so the same expression covers both allocation paths.
     queries = QueryBuilder(config)
     thresholds = config.thresholds
     units = queries.exporter("kube_gpu_exporter_device_allocatable_units")
@@ -23,9 +25,10 @@ def group(config: BundleConfig) -> Group:
                 config.severity.warning,
                 "A GPU node offers no GPU to pods.",
                 f"Node {templates.label(queries.host)}{templates.in_cluster(config)} has GPUs "
-                "that NVML sees, but the kubelet has offered none of them for "
-                f"{thresholds.node_unallocatable_for}: the NVIDIA device plugin is not running, "
-                "not registered, or reports every GPU unhealthy.",
+                "that NVML sees, but neither the device plugin nor the DRA driver has offered "
+                f"any of them for {thresholds.node_unallocatable_for}: the plugin or the "
+                "driver is not running, not registered, or reports every GPU unhealthy; on a "
+                "DRA node, the exporter may lack --kubernetes and see only claimed GPUs.",
             ),
         ),
     )

@@ -61,6 +61,7 @@ def group(config: BundleConfig) -> Group:
                 f"{{{{ $value }}}} GPUs, fewer than in the last {thresholds.gpu_missing_lookback}: "
                 "a GPU fell off the bus or failed to initialise after a reboot.",
             ),
+            # Units count DRA devices too: a free GPU the DRA driver offers is not unallocatable.
             Alert(
                 "GPUUnallocatable",
                 f"({_per_gpu(queries, allocatable_units)} == 0)"
@@ -69,9 +70,11 @@ def group(config: BundleConfig) -> Group:
                 thresholds.gpu_unallocatable_for,
                 severity.warning,
                 "A healthy GPU is not offered to pods.",
-                f"{gpu} answers NVML but the device plugin has offered no device on it for "
-                f"{thresholds.gpu_unallocatable_for}: it was marked unhealthy (often after an "
-                "XID), or its MIG layout matches no resource. It is paid for and unschedulable.",
+                f"{gpu} answers NVML but neither the device plugin nor the DRA driver has "
+                f"offered a device on it for {thresholds.gpu_unallocatable_for}: it was marked "
+                "unhealthy (often after an XID) or its MIG layout matches no resource, and it "
+                "is paid for but unschedulable. On a DRA node, the exporter may instead lack "
+                "--kubernetes and see only claimed GPUs.",
             ),
             Alert(
                 "GPUXidCritical",

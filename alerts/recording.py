@@ -57,7 +57,9 @@ def node_groups(config: BundleConfig) -> Group:
         return f"max {q.by(node, 'gpu', 'UUID')} ({q.as_node(q.exporter(metric))})"
 
     unschedulable = f"{q.ksm('kube_node_spec_unschedulable')} == 1"
-    whole = config.resources.whole_gpu
+    # One FREE series per node and resource: a pod gets all its GPUs through one path (device
+    # plugin or one DRA claim), so a node's free device-plugin and DRA GPUs never pool into one pod.
+    whole = f'resource=~"{config.resources.whole_gpu_regex}"'
     return Group(
         "kube-gpu-exporter-capacity.rules",
         (
@@ -87,7 +89,7 @@ def node_groups(config: BundleConfig) -> Group:
             *(
                 Record(
                     SCHEDULABLE_PODS,
-                    f'sum {q.by()} (floor({FREE}{{resource="{whole}"}} / {size}) '
+                    f"sum {q.by()} (floor({FREE}{{{whole}}} / {size}) "
                     f"unless {q.on(node)} ({unschedulable}))",
                     (("gpus_per_pod", str(size)),),
                 )
@@ -95,8 +97,7 @@ def node_groups(config: BundleConfig) -> Group:
             ),
             Record(
                 LARGEST_FREE_BLOCK,
-                f'max {q.by()} ({FREE}{{resource="{whole}"}} unless {q.on(node)} '
-                f"({unschedulable}))",
+                f"max {q.by()} ({FREE}{{{whole}}} unless {q.on(node)} ({unschedulable}))",
             ),
         ),
     )
@@ -116,11 +117,24 @@ def cluster_group(config: BundleConfig) -> Group:
     return Group("kube-gpu-exporter-cluster.rules", tuple(totals))
 
 
+def dra_mig_resource(allocation: str) -> str:
+    """`allocation` with the rows of DRA MIG devices under `<driver>/mig-<profile>`.
+
+    A DRA holder's row names the driver as its resource, MIG devices included, while the node
+    figures count DRA MIG devices as `<driver>/mig-<profile>`, as the device plugin does. Renaming
+    here makes per-namespace figures split MIG from whole GPUs on both paths. A row without
+    `dra_mig_profile` joins to a value ending in `/mig-`, which the pattern refuses, so it keeps
+    its resource (a device-plugin MIG row, `nvidia.com/mig-1g.10gb/mig-`, included)."""
+    joined = f'label_join({allocation}, "dra_mig_resource", "/mig-", "resource", "dra_mig_profile")'
+    return f'label_replace({joined}, "resource", "$1", "dra_mig_resource", "(.+/mig-[^/]+)")'
+
+
 def usage_group(config: BundleConfig) -> Group:
     q = QueryBuilder(config)
     ns, pod, host = q.namespace, q.pod, q.host
     th = config.thresholds
     allocation = q.exporter("kube_gpu_exporter_pod_device_allocation")
+    by_resource = dra_mig_resource(allocation)
     # Whole GPUs by NVML utilization, MIG instances by GPM engine activity where available.
     busy = q.busy()
     owner = ("owner_kind", "owner_name")
@@ -133,11 +147,12 @@ def usage_group(config: BundleConfig) -> Group:
     return Group(
         "kube-gpu-exporter-usage.rules",
         (
-            # Distinct devices: a pod's time-slicing replicas of one GPU count once.
+            # Distinct devices: a pod's time-slicing replicas of one GPU, or a device shared by
+            # several claims of the namespace, count once.
             Record(
                 NS_ALLOCATED,
                 f"count {q.by(ns, 'resource')} (max {q.by(*device, ns, 'resource')} "
-                f"({allocation}))",
+                f"({by_resource}))",
             ),
             Record(q.name(NS_UTIL), f"avg {q.by(ns)} ({busy})"),
             # `< bool` keeps a 0 for namespaces with no idle GPU, so panels show a flat line.

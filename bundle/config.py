@@ -40,14 +40,32 @@ class LabelNames:
 
 @dataclass(frozen=True, slots=True)
 class Resources:
-    # kubelet spelling (exporter) and kube-state-metrics spelling of the whole-GPU resource.
-    whole_gpu: str = "nvidia.com/gpu"
+    # The exporter's `resource` values of whole GPUs: the device plugin's extended resource and
+    # NVIDIA's DRA driver, under which whole GPUs held or offered through DRA count. Every query
+    # that means "whole GPUs" matches all of them, so a cluster mixing the two paths (even on
+    # one node) adds up. Time-slicing replicas (`nvidia.com/gpu.shared`) are not whole GPUs.
+    whole_gpus: tuple[str, ...] = ("nvidia.com/gpu", "gpu.nvidia.com")
+    # MIG resources are one of these followed by the profile: the device plugin's mixed strategy
+    # (`nvidia.com/mig-1g.10gb`) and MIG devices of the DRA driver (`gpu.nvidia.com/mig-1g.10gb`).
+    mig_prefixes: tuple[str, ...] = ("nvidia.com/mig-", "gpu.nvidia.com/mig-")
+    # kube-state-metrics spelling of the whole-GPU resource.
     whole_gpu_ksm: str = "nvidia_com_gpu"
-    # Every GPU resource in kube-state-metrics spelling: whole, shared and MIG.
+    # Every GPU resource in kube-state-metrics spelling: whole, shared and MIG. DRA claims are
+    # not container resource requests, so kube-state-metrics has no series for them.
     gpu_ksm_regex: str = "nvidia_com_gpu.*|nvidia_com_mig_.*"
-    mig_regex: str = "nvidia.com/mig-.*"
     # Pod sizes the fragmentation panels count ("how many N-GPU pods still fit").
     pod_sizes: tuple[int, ...] = (1, 2, 4, 8)
+
+    @property
+    def whole_gpu_regex(self) -> str:
+        """A `resource=~` value matching every whole-GPU resource (dots match themselves, and
+        Prometheus anchors the match, so `nvidia.com/gpu` never matches `nvidia.com/gpu.shared`)."""
+        return "|".join(self.whole_gpus)
+
+    @property
+    def mig_regex(self) -> str:
+        """A `resource=~` value matching every MIG resource of either allocation path."""
+        return "|".join(prefix + ".*" for prefix in self.mig_prefixes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +156,13 @@ class Deployment:
 
     image: str = "kube-gpu-exporter"
     tag: str = __version__
-    # Set by NVIDIA GPU feature discovery (and the GPU Operator) on every GPU node.
+    # The DaemonSet's nodeSelector (all pairs must match). The default is set by the GPU
+    # Operator on every node NFD finds an NVIDIA PCI device on, whether its GPUs go through the
+    # device plugin or the DRA driver. Never select on the `nvidia.com/gpu` resource or on GPU
+    # feature discovery's labels: a DRA-only node may have neither. Without the operator, NFD's
+    # own label is `feature.node.kubernetes.io/pci-0302_10de.present` with its default label
+    # fields, or `pci-10de.present` when configured with `deviceLabelFields: [vendor]`: see
+    # docs/dra.md, 'Deploying on DRA nodes'.
     node_selector: tuple[tuple[str, str], ...] = (("nvidia.com/gpu.present", "true"),)
     # Taints GPU node pools commonly carry (GKE, AKS, EKS guides and the GPU Operator's docs).
     toleration_keys: tuple[str, ...] = ("nvidia.com/gpu",)
@@ -189,6 +213,13 @@ class BundleConfig:
             if "{" in value or "}" in value:
                 raise BundleConfigError(
                     f"selectors.{name} {value!r} must be matchers without braces"
+                )
+        for name in ("whole_gpus", "mig_prefixes"):
+            values = getattr(self.resources, name)
+            # They are joined into a regex inside a PromQL string.
+            if not values or any(not v.strip() or set(v) & set('"\\|()*+?[]{}^$') for v in values):
+                raise BundleConfigError(
+                    f"resources.{name} {values!r} must list plain resource names, at least one"
                 )
         if "%s" not in self.runbook_url_pattern:
             raise BundleConfigError("runbook_url_pattern needs a %s for the alert name")

@@ -3,7 +3,8 @@ an overlay that turns Kubernetes API enrichment on, and a component for a runtim
 
     deploy/base/                              namespace, ServiceAccount, DaemonSet, Service,
                                               ServiceMonitor, PrometheusRule, dashboard ConfigMaps
-    deploy/overlays/kubernetes-enrichment/    + ClusterRole (pods get/list/watch, nodes get)
+    deploy/overlays/kubernetes-enrichment/    + ClusterRole (pods get/list/watch, nodes get,
+                                              resourceslices get/list/watch)
     deploy/components/nvidia-runtime-class/   runtimeClassName for clusters without a default
                                               NVIDIA runtime
 
@@ -196,6 +197,13 @@ def enrichment_rbac(config: BundleConfig) -> list[dict[str, Any]]:
                 {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
                 # This node's labels (instance type, pool): one get per refresh.
                 {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+                # The DRA driver's ResourceSlices of this node (a list, then a watch, filtered
+                # by node name): which GPUs DRA offers, and the UUIDs behind device names.
+                {
+                    "apiGroups": ["resource.k8s.io"],
+                    "resources": ["resourceslices"],
+                    "verbs": ["get", "list", "watch"],
+                },
             ],
         },
         {

@@ -28,7 +28,8 @@ def cells(config: BundleConfig) -> list[Cell]:
     q = QueryBuilder(config, dashboard=True)
     node_filter = f'{q.node}=~"$node"'
     ns_filter = f'{q.namespace}=~"$namespace"'
-    whole = f'resource="{config.resources.whole_gpu}"'
+    # Whole GPUs and MIG devices of both allocation paths, device plugin and DRA.
+    whole = f'resource=~"{config.resources.whole_gpu_regex}"'
     mig = f'resource=~"{config.resources.mig_regex}"'
     th = config.thresholds
 
@@ -62,21 +63,23 @@ def cells(config: BundleConfig) -> list[Cell]:
         ),
         stat(
             "GPUs offered to pods",
-            "Physical GPUs on which the kubelet offers at least one device (whole, time-sliced "
-            "replica or MIG instance). Fewer than physical means GPUs marked unhealthy.",
+            "Physical GPUs on which the device plugin or the DRA driver offers at least one "
+            "device (whole, time-sliced replica or MIG instance). Fewer than physical means GPUs "
+            "marked unhealthy. Free DRA GPUs count only where the exporter runs with "
+            "--kubernetes (it reads the driver's ResourceSlices).",
             "none",
             [target(total(r.cluster_total(r.OFFERED)))],
         ),
         stat(
             "Devices allocated",
             "Devices held by running pods, all GPU resources together (whole GPUs, replicas "
-            "and MIG instances).",
+            "and MIG instances, through the device plugin or DRA claims).",
             "none",
             [target(total(r.cluster_total(r.ALLOCATED, "resource")))],
         ),
         stat(
             "Whole GPUs free",
-            f"Allocatable {config.resources.whole_gpu} devices no pod holds.",
+            f"Allocatable whole GPUs ({', '.join(config.resources.whole_gpus)}) no pod holds.",
             "none",
             [target(total(r.cluster_total(r.FREE, "resource"), whole))],
             steps=((None, "orange"), (1, "green")),
@@ -94,8 +97,10 @@ def cells(config: BundleConfig) -> list[Cell]:
         row("Capacity by resource"),
         table(
             "Devices by resource",
-            "Allocatable, allocated and free devices per extended resource, from the kubelet "
-            "of every node. Time-sliced GPUs count once per replica.",
+            "Allocatable, allocated and free devices per resource on every node: the device "
+            "plugin's resources, from the kubelet, and DRA devices under the driver's name (MIG "
+            "devices as <driver>/mig-<profile>), allocatable from its ResourceSlices where the "
+            "exporter runs with --kubernetes. Time-sliced GPUs count once per replica.",
             "none",
             [
                 TableQuery(
@@ -146,8 +151,8 @@ def cells(config: BundleConfig) -> list[Cell]:
         ),
         table(
             "MIG slices per node",
-            "MIG devices the kubelet offers, holds and has free per node and MIG resource "
-            "(profile).",
+            "MIG devices offered, held and free per node and MIG resource (profile), through "
+            "the device plugin or the DRA driver.",
             "none",
             [
                 TableQuery(
@@ -167,7 +172,7 @@ def cells(config: BundleConfig) -> list[Cell]:
         timeseries(
             "Unhealthy or missing GPUs per node",
             "Physical GPUs minus GPUs offered to pods, per node. Above zero: a GPU lost, "
-            "hung, or marked unhealthy by the device plugin.",
+            "hung, or marked unhealthy by the device plugin or the DRA driver.",
             "none",
             [
                 target(
@@ -187,7 +192,8 @@ def cells(config: BundleConfig) -> list[Cell]:
         bargauge(
             "Pods that still fit",
             "How many pods of each size (whole GPUs per pod) the free GPUs can still take, "
-            "each pod on one node, cordoned nodes excluded. Few large pods fitting despite many "
+            "each pod on one node and through one allocation path (device plugin or DRA), "
+            "cordoned nodes excluded. Few large pods fitting despite many "
             "free GPUs means the free GPUs are scattered: bin packing (e.g. the scheduler's "
             "MostAllocated strategy) is not working.",
             "none",
@@ -201,8 +207,8 @@ def cells(config: BundleConfig) -> list[Cell]:
         ),
         stat(
             "Largest free block",
-            "The most whole GPUs free on any one schedulable node: the biggest pod that can "
-            "start now.",
+            "The most whole GPUs free on any one schedulable node through one allocation path: "
+            "the biggest pod that can start now.",
             "none",
             [target(f"max({q.recorded(r.LARGEST_FREE_BLOCK)})")],
             steps=((None, "orange"), (1, "green")),
@@ -211,12 +217,14 @@ def cells(config: BundleConfig) -> list[Cell]:
         ),
         bargauge(
             "Nodes by free whole GPUs",
-            "How many nodes have 0, 1, 2, ... whole GPUs free. Many nodes with a few free GPUs "
-            "each is fragmentation.",
+            "How many nodes have 0, 1, 2, ... whole GPUs free, device-plugin and DRA GPUs "
+            "together. Many nodes with a few free GPUs each is fragmentation.",
             "none",
             [
+                # Summed per node first: a node offering both paths has one series per resource.
                 target(
-                    f'count_values("free_gpus", {q.recorded(r.FREE, whole, node_filter)})',
+                    f'count_values("free_gpus", sum by ({q.cluster}, {q.node}) '
+                    f"({q.recorded(r.FREE, whole, node_filter)}))",
                     "{{free_gpus}} free",
                     instant=True,
                 )

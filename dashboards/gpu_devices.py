@@ -88,10 +88,24 @@ def cells(config: BundleConfig) -> list[Cell]:
         table(
             "Pods using each device",
             "Which container holds each GPU or MIG instance, from the kubelet pod-resources "
-            "API. A time-sliced GPU lists every pod sharing it.",
+            "API. A time-sliced GPU lists every pod sharing it, and a DRA device every claim "
+            "holding it.",
             "none",
             [TableQuery(None, d("kube_gpu_exporter_pod_device_allocation"))],
-            hide=("job", "instance", "device_id", q.host, q.cluster, "node", "UUID"),
+            # The DRA driver, pool and MIG profile repeat the resource, node and MIG columns.
+            hide=(
+                "job",
+                "instance",
+                "device_id",
+                q.host,
+                q.cluster,
+                "node",
+                "UUID",
+                "dra_driver_name",
+                "dra_pool_name",
+                "dra_mig_profile",
+                "dra_mig_device_uuid",
+            ),
             labels={
                 "gpu": "GPU",
                 "GPU_I_PROFILE": "MIG profile",
@@ -100,6 +114,10 @@ def cells(config: BundleConfig) -> list[Cell]:
                 q.pod: "Pod",
                 "container": "Container",
                 "resource": "Resource",
+                "dra_claim_namespace": "Claim namespace",
+                "dra_claim_name": "Claim",
+                "dra_device_name": "DRA device",
+                "dra_share_id": "Share",
             },
             sort_by="GPU",
         ),

@@ -46,10 +46,10 @@ def simulated_node(config: Config) -> Iterator[tuple[Any, Any, Config]]:
     it."""
     from exporter.simulator.fake_kubelet import FakeKubelet
     from exporter.simulator.fake_nvml import FakeNvml
-    from exporter.simulator.fleet import FleetError, default_fleet, load_fleet
+    from exporter.simulator.fleet import FleetError, resolve_fleet
 
     try:
-        fleet = load_fleet(config.fleet_file) if config.fleet_file else default_fleet()
+        fleet = resolve_fleet(config.fleet_file)
     except FleetError as exc:
         raise ConfigurationError(str(exc)) from None
     log.info(
@@ -98,6 +98,7 @@ def _kubernetes_watcher(config: Config):
         label_allowlist=re.compile(allowlist) if allowlist else None,
         max_labels_per_pod=config.attribution.max_pod_labels,
         series_labels=config.labels.pod_labels_on_series,
+        watch_resource_slices=config.attribution.watch_resource_slices,
     )
 
 

@@ -289,6 +289,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="Regex of pod label keys to export as label_<name> on the allocation metric.",
     )
     add(
+        "--kubernetes.resource-slices",
+        dest="watch_resource_slices",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="With --kubernetes, also watch this node's ResourceSlices (resource.k8s.io v1, or "
+        "v1beta1 before Kubernetes 1.34): DRA devices then resolve by their uuid attribute and "
+        "the devices NVIDIA's DRA driver offers count as allocatable (default on; needs get, list "
+        "and watch on resourceslices).",
+    )
+    add(
         "--kubernetes.enable-pod-uid",
         dest="pod_uid_on_series",
         action=argparse.BooleanOptionalAction,
@@ -332,9 +342,10 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="?",
         const="",
         default=None,
-        metavar="FLEET_FILE",
-        help="Run on a simulated GPU node instead of the NVIDIA driver: the built-in 8x H100 "
-        "node, or the node described by FLEET_FILE (YAML).",
+        metavar="FLEET",
+        help="Run on a simulated GPU node instead of the NVIDIA driver: with no value the "
+        "built-in 8x H100 node; a built-in fleet by name (default, dra, mixed); or a YAML fleet "
+        'file (a path containing "/" or ending in .yaml or .yml).',
     )
     add("--version", action="version", version=f"{PROG} {__version__}")
     return p
@@ -447,6 +458,7 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
         kubeconfig=args.kubeconfig,
         pod_label_allowlist=args.pod_label_allowlist,
         max_pod_labels=args.max_pod_labels,
+        watch_resource_slices=args.watch_resource_slices,
     )
     collection = CollectionConfig(
         interval_seconds=args.interval,

@@ -97,6 +97,9 @@ class AttributionConfig:
     kubeconfig: str | None = None
     pod_label_allowlist: str | None = None
     max_pod_labels: int = 10
+    # With kubernetes_enabled: watch this node's ResourceSlices, so DRA devices whose names do
+    # not follow NVIDIA's convention resolve by UUID, and offered DRA devices count as allocatable.
+    watch_resource_slices: bool = True
 
 
 @dataclass(frozen=True, slots=True)

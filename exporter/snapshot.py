@@ -21,6 +21,9 @@ class GpuIdentity:
     # None: the device does not support MIG (GetMigMode is NOT_SUPPORTED).
     mig_enabled: bool | None = None
     mig_pending: bool | None = None
+    # The /dev/nvidia<minor> number, which NVIDIA's DRA driver names whole GPUs by (gpu-<minor>);
+    # it need not equal the index. None: NVML did not answer.
+    minor_number: int | None = None
 
     @property
     def device(self) -> str:
@@ -111,6 +114,12 @@ class MigInstance:
     fb_free_bytes: int | None = None
     fb_reserved_bytes: int | None = None
     multiprocessor_count: int | None = None
+    # The GPU instance's placement on the memory slices and the driver's GI profile ID (19 for
+    # 1g on Hopper), which NVIDIA's DRA driver writes into MIG device names. None where NVML
+    # refuses them: nvmlGpuInstanceGetInfo needs a privileged caller.
+    placement_start: int | None = None
+    placement_size: int | None = None
+    gpu_instance_profile_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
-"""An HTTP fake of the Kubernetes API for the enrichment tests: pods and nodes, LIST and chunked
-WATCH streams with bookmarks and 410 Gone, on a real socket. It records every query it gets."""
+"""An HTTP fake of the Kubernetes API for the enrichment tests: pods, nodes and ResourceSlices
+(resource.k8s.io v1, v1beta2 and v1beta1), LIST and chunked WATCH streams with bookmarks and 410
+Gone, on a real socket. It records every query it gets."""
 
 from __future__ import annotations
 
@@ -9,10 +10,40 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+SLICES = "resourceslices"
+SLICE_VERSIONS = ("v1", "v1beta2", "v1beta1")
+_PATHS = {
+    "/api/v1/pods": ("pods", ""),
+    "/api/v1/nodes": ("nodes", ""),
+    **{f"/apis/resource.k8s.io/{v}/resourceslices": (SLICES, v) for v in SLICE_VERSIONS},
+}
+_BOOKMARK_KINDS = {"pods": "Pod", "nodes": "Node", SLICES: "ResourceSlice"}
+
+
+def slice_device(name: str, **attributes: str) -> dict:
+    """A device as resource.k8s.io/v1 writes it, every attribute a string under its bare name."""
+    return {"name": name, "attributes": {k: {"string": v} for k, v in attributes.items()}}
+
+
+def as_v1beta1(obj: dict) -> dict:
+    """A v1 ResourceSlice as v1beta1 serves it: each device's fields nested under `basic`."""
+    out = json.loads(json.dumps(obj))
+    out["apiVersion"] = "resource.k8s.io/v1beta1"
+    spec = out.get("spec")
+    if isinstance(spec, dict) and isinstance(spec.get("devices"), list):
+        spec["devices"] = [
+            {"name": d.get("name"), "basic": {k: v for k, v in d.items() if k != "name"}}
+            if isinstance(d, dict)
+            else d
+            for d in spec["devices"]
+        ]
+    return out
 
 
 class FakeKubeApi:
@@ -21,6 +52,11 @@ class FakeKubeApi:
         self.version = 100
         self.pods: dict[tuple[str, str], dict] = {}
         self.node_labels: dict[str, str] = {}
+        # ResourceSlices by name, stored as v1 writes them; served converted for v1beta1.
+        self.slices: dict[str, dict] = {}
+        # The resource.k8s.io versions served; any other answers 404, like a cluster without them.
+        self.slice_versions: set[str] = set(SLICE_VERSIONS)
+        self.forbidden: set[str] = set()  # resources answered 403, as without RBAC for them
         # (resource, resourceVersion, type, object): the history watches replay from.
         self.events: list[tuple[str, int, str, dict]] = []
         self.expired_before = 0  # watches from an older version get 410 Gone
@@ -89,6 +125,54 @@ class FakeKubeApi:
             self.events.append(("pods", version, "DELETED", obj))
             self.cond.notify_all()
 
+    def resource_slice(
+        self,
+        name: str,
+        devices: list[dict],
+        *,
+        pool: str | None = None,
+        generation: int = 1,
+        driver: str = "gpu.nvidia.com",
+        node: str | None = None,
+    ) -> dict:
+        """A resource.k8s.io/v1 ResourceSlice of this node; the pool is named after the node, as
+        NVIDIA's driver names it."""
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": name},
+            "spec": {
+                "driver": driver,
+                "nodeName": node or self.node,
+                "pool": {
+                    "name": pool or node or self.node,
+                    "generation": generation,
+                    "resourceSliceCount": 1,
+                },
+                "devices": devices,
+            },
+        }
+
+    def put_slice(self, obj: dict) -> None:
+        with self.cond:
+            version = self._bump()
+            obj["metadata"]["resourceVersion"] = str(version)
+            name = obj["metadata"]["name"]
+            kind = "MODIFIED" if name in self.slices else "ADDED"
+            self.slices[name] = obj
+            self.events.append((SLICES, version, kind, obj))
+            self.cond.notify_all()
+
+    def delete_slice(self, name: str) -> None:
+        with self.cond:
+            obj = self.slices.pop(name)
+            version = self._bump()
+            self.events.append((SLICES, version, "DELETED", obj))
+            self.cond.notify_all()
+
+    def slice_requests(self) -> list[tuple[str, dict[str, list[str]]]]:
+        return [(p, q) for p, q in list(self.requests) if p.endswith("/resourceslices")]
+
     def bookmark(self, resource: str = "pods") -> int:
         with self.cond:
             version = self._bump()
@@ -98,7 +182,7 @@ class FakeKubeApi:
                     version,
                     "BOOKMARK",
                     {
-                        "kind": "Pod",
+                        "kind": _BOOKMARK_KINDS.get(resource, "Pod"),
                         "apiVersion": "v1",
                         "metadata": {"resourceVersion": str(version)},
                     },
@@ -120,9 +204,13 @@ class FakeKubeApi:
             self.cond.notify_all()
 
     def expire_history(self) -> None:
-        """Compact: every watch from a version older than now answers 410 Gone."""
+        """Compact: every watch from a version older than now answers 410 Gone.
+
+        The version moves on as it does with any write, so a list made afterwards gives one that
+        can be watched from, as a real server's does (without that, each relist would 410 again).
+        """
         with self.cond:
-            self.expired_before = self.version + 1
+            self.expired_before = self._bump()
             self.cond.notify_all()
 
     def node_object(self) -> dict:
@@ -188,30 +276,42 @@ class FakeKubeApi:
         url = urlparse(handler.path)
         query = parse_qs(url.query)
         self.requests.append((url.path, query))
-        resource = {"/api/v1/pods": "pods", "/api/v1/nodes": "nodes"}.get(url.path)
-        if resource is None:
+        resource, version = _PATHS.get(url.path, ("", ""))
+        if not resource or (resource == SLICES and version not in self.slice_versions):
             self._json(handler, 404, {"kind": "Status", "code": 404, "reason": "NotFound"})
             return
+        if resource in self.forbidden:
+            self._json(handler, 403, {"kind": "Status", "code": 403, "reason": "Forbidden"})
+            return
+        shape = as_v1beta1 if version == "v1beta1" else _as_is
         selector = query.get("fieldSelector", [""])[0]
         if query.get("watch", ["false"])[0].lower() == "true":
-            self._stream(handler, resource, selector, query)
+            self._stream(handler, resource, selector, query, shape)
         else:
             time.sleep(self.list_delay_seconds)
-            self._json(handler, 200, self._listing(resource, selector))
+            self._json(handler, 200, self._listing(resource, selector, shape))
 
     def _matches(self, resource: str, obj: dict, selector: str) -> bool:
         if resource == "pods":
             return selector == f"spec.nodeName={obj.get('spec', {}).get('nodeName')}"
+        if resource == SLICES:
+            # Without a selector the real server answers with every node's slices.
+            return not selector or selector == f"spec.nodeName={obj['spec'].get('nodeName')}"
         return selector == f"metadata.name={obj['metadata'].get('name')}"
 
-    def _listing(self, resource: str, selector: str) -> dict:
+    def _listing(self, resource: str, selector: str, shape: Callable[[dict], dict]) -> dict:
         with self.cond:
-            objects = list(self.pods.values()) if resource == "pods" else [self.node_object()]
-            items = [o for o in objects if self._matches(resource, o, selector)]
-            kind = "PodList" if resource == "pods" else "NodeList"
+            if resource == "pods":
+                objects, kind, api_version = list(self.pods.values()), "PodList", "v1"
+            elif resource == SLICES:
+                objects, kind = list(self.slices.values()), "ResourceSliceList"
+                api_version = shape({"apiVersion": "resource.k8s.io/v1"})["apiVersion"]
+            else:
+                objects, kind, api_version = [self.node_object()], "NodeList", "v1"
+            items = [shape(o) for o in objects if self._matches(resource, o, selector)]
             return {
                 "kind": kind,
-                "apiVersion": "v1",
+                "apiVersion": api_version,
                 "metadata": {"resourceVersion": str(self.version)},
                 "items": items,
             }
@@ -232,6 +332,7 @@ class FakeKubeApi:
         resource: str,
         selector: str,
         query: dict[str, list[str]],
+        shape: Callable[[dict], dict],
     ) -> None:
         since = int(query.get("resourceVersion", ["0"])[0] or 0)
         timeout = float(query.get("timeoutSeconds", ["30"])[0])
@@ -268,13 +369,18 @@ class FakeKubeApi:
                         for _, version, kind, obj in pending:
                             sent = version
                             if kind == "BOOKMARK" or self._matches(resource, obj, selector):
-                                chunk(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+                                event = {"type": kind, "object": shape(obj)}
+                                chunk(json.dumps(event).encode() + b"\n")
                         if since < self.expired_before:
                             break
                         self.cond.wait(min(0.2, max(0.0, deadline - time.monotonic())))
             chunk(b"")
         except (BrokenPipeError, ConnectionResetError):
             pass
+
+
+def _as_is(obj: dict) -> dict:
+    return obj
 
 
 def write_kubeconfig(path: Path, server: str) -> Path:

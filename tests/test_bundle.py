@@ -19,7 +19,14 @@ import yaml
 from alerts import recording
 from alerts.rules_file import alert_groups, recording_groups
 from bundle import render as bundle_render
-from bundle.config import DEFAULT, BundleConfig, BundleConfigError, LabelNames, Selectors
+from bundle.config import (
+    DEFAULT,
+    BundleConfig,
+    BundleConfigError,
+    LabelNames,
+    Resources,
+    Selectors,
+)
 from bundle.dcgm_units import classic_to_profile, spelled, unit_factor
 from bundle.flavour_translate import Translator
 from bundle.flavours import FLAVOURS, flavour_paths
@@ -155,6 +162,9 @@ def test_config_drives_every_selector_and_label():
         ({"runbook_url_pattern": "https://example.invalid/runbook"}, "%s"),
         ({"dcgm_version": "4.7"}, "dcgm_version '4.7' is not one of 4.8.2, 4.8.3, 4.9"),
         ({"labels": LabelNames(hostname=" ")}, "labels.hostname is empty"),
+        ({"resources": Resources(whole_gpus=())}, "resources.whole_gpus"),
+        ({"resources": Resources(mig_prefixes=('nvidia.com/mig-"',))}, "resources.mig_prefixes"),
+        ({"resources": Resources(whole_gpus=("nvidia.com/gpu|x",))}, "plain resource names"),
     ],
 )
 def test_bad_config_is_refused_with_a_clear_error(change, message):
@@ -648,6 +658,66 @@ def test_every_recorded_series_is_used(version):
     for group in recording_groups(FLAVOURS[version]):
         for rule in group.rules:
             assert rule.record in used, f"{rule.record} is recorded but nothing reads it"
+
+
+RESOURCE_MATCHER = re.compile(r'\bresource(=~|!~|!=|=)"([^"]*)"')
+
+
+def resource_matchers(config: BundleConfig) -> dict[str, set[tuple[str, str]]]:
+    """Every `resource` matcher of the rules and of each dashboard generated from `config`."""
+    files = bundle_render.artifacts(config)
+    exprs: dict[str, list[str]] = {
+        "rules": [
+            rule["expr"]
+            for path in ("alerts/prometheus_rules.yaml", "alerts/prometheus_alerts.yaml")
+            for group in yaml.safe_load(files[path])["groups"]
+            for rule in group["rules"]
+        ]
+    }
+    for path, text in files.items():
+        if path.startswith("dashboards/provisioned/"):
+            exprs[Path(path).stem] = dashboard_targets(json.loads(text))
+    return {
+        source: {m.groups() for expr in texts for m in RESOURCE_MATCHER.finditer(expr)}
+        for source, texts in exprs.items()
+    }
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        Resources(),
+        Resources(whole_gpus=("nvidia.com/gpu",), mig_prefixes=("nvidia.com/mig-",)),
+        Resources(whole_gpus=("nvidia.com/gpu", "gpu.nvidia.com", "gpu.example.com")),
+    ],
+    ids=["default", "device-plugin-only", "another-driver"],
+)
+def test_whole_gpu_and_mig_matchers_come_from_the_config(resources):
+    """Wherever the bundle means "whole GPUs" or "MIG devices" it matches every resource the
+    config lists, device plugin and DRA alike, so a mixed cluster adds up; no query names one
+    GPU resource on its own."""
+    config = replace(DEFAULT, resources=resources)
+    found = resource_matchers(config)
+    whole = ("=~", resources.whole_gpu_regex)
+    mig = ("=~", resources.mig_regex)
+    ksm = ("=~", resources.gpu_ksm_regex)
+    assert found.pop("rules") == {whole, ksm}
+    assert found.pop("gpu-cluster-capacity") == {whole, mig}
+    assert found == {"gpu-devices": set()}
+
+
+def test_default_matchers_cover_both_allocation_paths():
+    resources = DEFAULT.resources
+    pattern = re.compile(f"^(?:{resources.whole_gpu_regex})$")
+    for name in ("nvidia.com/gpu", "gpu.nvidia.com"):
+        assert pattern.match(name), name
+    for name in ("nvidia.com/gpu.shared", "gpu.nvidia.com/mig-1g.10gb", "nvidia.com/mig-1g.10gb"):
+        assert not pattern.match(name), name
+    mig = re.compile(f"^(?:{resources.mig_regex})$")
+    for name in ("nvidia.com/mig-1g.10gb", "gpu.nvidia.com/mig-3g.40gb"):
+        assert mig.match(name), name
+    for name in ("nvidia.com/gpu", "gpu.nvidia.com"):
+        assert not mig.match(name), name
 
 
 # ---- scrape configs ----

@@ -5,10 +5,12 @@ bundle; the Dockerfile passes hadolint."""
 from __future__ import annotations
 
 import copy
+import os
 import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from bundle import deploy_manifests
 from bundle.config import DEFAULT
 from exporter.cli import build_parser, env_name
 
@@ -120,9 +123,23 @@ def test_base_needs_no_rbac_and_mounts_no_token():
 def test_enrichment_overlay_grants_only_what_enrichment_reads():
     docs = kustomize(OVERLAY)
     [role] = by_kind(docs, "ClusterRole")
-    grants = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
-    assert grants == {("pods", "get"), ("pods", "list"), ("pods", "watch"), ("nodes", "get")}
-    assert all(rule["apiGroups"] == [""] for rule in role["rules"])
+    grants = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert grants == {
+        ("", "pods", "get"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+        ("", "nodes", "get"),
+        # The DRA driver's ResourceSlices, for GPUs offered through DRA.
+        ("resource.k8s.io", "resourceslices", "get"),
+        ("resource.k8s.io", "resourceslices", "list"),
+        ("resource.k8s.io", "resourceslices", "watch"),
+    }
     [binding] = by_kind(docs, "ClusterRoleBinding")
     [account] = by_kind(docs, "ServiceAccount")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
@@ -137,6 +154,73 @@ def test_enrichment_overlay_grants_only_what_enrichment_reads():
     assert pod["automountServiceAccountToken"] is True
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     assert env["KUBE_GPU_EXPORTER_KUBERNETES"] == "true"
+
+
+def test_resourceslice_access_is_only_in_the_enrichment_overlay():
+    """The base reads no API at all; only the overlay, which turns --kubernetes on, may read
+    ResourceSlices."""
+    for directory in (BASE, COMPONENT):
+        text = "".join(p.read_text() for p in sorted(directory.glob("*.yaml")))
+        assert "resourceslices" not in text and "resource.k8s.io" not in text, directory
+    base_text = yaml.safe_dump_all(kustomize(BASE))
+    assert "resourceslices" not in base_text
+    assert "resourceslices" in (OVERLAY / "rbac.yaml").read_text()
+
+
+def test_node_selector_comes_from_the_config():
+    """A DRA-only node has no nvidia.com/gpu resource and may lack GPU feature discovery's
+    labels, so the selector is a config value (docs/dra.md, 'Deploying on DRA nodes')."""
+    nfd = (("feature.node.kubernetes.io/pci-10de.present", "true"),)
+    config = replace(DEFAULT, deployment=replace(DEFAULT.deployment, node_selector=nfd))
+    ds = deploy_manifests.daemon_set(config)
+    assert ds["spec"]["template"]["spec"]["nodeSelector"] == dict(nfd)
+    committed = daemon_set(kustomize(BASE))["spec"]["template"]["spec"]["nodeSelector"]
+    assert committed == dict(DEFAULT.deployment.node_selector)
+
+
+def kubectl() -> str:
+    path = shutil.which("kubectl")
+    if path is None:
+        pytest.skip("kubectl is not installed: the kustomize model is checked on its own")
+    return path
+
+
+def identity(doc: dict[str, Any]) -> tuple[str, str, str]:
+    return doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"]
+
+
+def kubectl_kustomize(directory: Path) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        [kubectl(), "kustomize", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return sorted((d for d in yaml.safe_load_all(result.stdout) if d), key=identity)
+
+
+@pytest.mark.parametrize("directory", [BASE, OVERLAY], ids=["base", "kubernetes-enrichment"])
+def test_kubectl_kustomize_builds_what_the_model_builds(directory):
+    """The real kustomize (inside kubectl) agrees with this module's model of it."""
+    assert kubectl_kustomize(directory) == sorted(kustomize(directory), key=identity)
+
+
+def test_kubectl_kustomize_applies_the_runtime_class_component(tmp_path):
+    # kustomize takes only relative paths to bases and components.
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(BASE, tmp_path)],
+                "components": [os.path.relpath(COMPONENT, tmp_path)],
+            }
+        )
+    )
+    expected = sorted(apply_patches(COMPONENT, kustomize(BASE)), key=identity)
+    assert kubectl_kustomize(tmp_path) == expected
 
 
 def test_daemonset_runs_where_and_how_the_readme_says():

@@ -43,6 +43,22 @@ from exporter.simulator.fleet import FleetError, default_fleet, load_fleet, pars
         ("seed: 1\ngpus: [{model: T4}]\nseed: 2\n", "duplicate key 'seed' at line 3 (first at"),
         ("gpus: [{model: T4, count: 2, count: 3}]", "duplicate key 'count' at line 1"),
         ("gpus:\n- model: T4\n  ecc: true\n  ecc: false\n", "duplicate key 'ecc' at line 4"),
+        (
+            "allocation: plugin\ngpus: [{model: T4}]",
+            "allocation: 'plugin' is not one of device-plugin, dra",
+        ),
+        ("allocation: null\ngpus: [{model: T4}]", "allocation: None is not one of"),
+        (
+            "gpus: [{model: T4, allocation: DRA}]",
+            "gpus[0].allocation: 'DRA' is not one of device-plugin, dra",
+        ),
+        ("gpus: [{model: T4, allocation: [dra]}]", "gpus[0].allocation: ['dra'] is not one of"),
+        (
+            "nvml_privileged: yes please\ngpus: [{model: T4}]",
+            "nvml_privileged: expected true or false, got a string",
+        ),
+        ("nvml_privileged: 1\ngpus: [{model: T4}]", "nvml_privileged: expected true or false"),
+        ("gpus: [{model: T4, nvml_privileged: true}]", "gpus[0].nvml_privileged: unknown field"),
     ],
 )
 def test_bad_fleet_files_name_the_field(text, message):
@@ -76,6 +92,7 @@ def test_yaml_bombs_are_refused():
             "gpus[0].mig[0]: unknown MIG profile 'xxxx",
         ),
         ('gpus: [{model: T4, "two\\nlines": 1}]', "gpus[0].two\\nlines: unknown field"),
+        ("allocation: " + "d" * 100_000 + "\ngpus: [{model: T4}]", "allocation: 'dddd"),
         ("gpus: [{model: T4}", "not valid YAML"),  # truncated
     ],
 )
@@ -128,3 +145,17 @@ def test_a_valid_mixed_fleet(tmp_path):
     # 1g instances may not start on slice 7, so the 3g lands on slices 4-7 (GI 2), the 2g on
     # 0-1 (GI 3) and the 1g instances on 2 and 3 (GI 9, 10): "all-balanced" as the driver does it.
     assert [p.gpu_instance_id for p in fleet.gpus[0].mig] == [2, 3, 9, 10]
+
+
+def test_allocation_is_a_node_default_with_per_gpu_overrides():
+    fleet = parse_fleet(
+        "allocation: dra\nnvml_privileged: true\ngpus:\n"
+        "  - {model: H100-80GB-HBM3, count: 2}\n"
+        "  - {model: H100-80GB-HBM3, allocation: device-plugin, mig: [3g.40gb]}\n",
+        "fleet file f.yaml",
+    )
+    assert [g.allocation for g in fleet.gpus] == ["dra", "dra", "device-plugin"]
+    assert fleet.nvml_privileged is True
+    plain = parse_fleet("gpus: [{model: T4}, {model: T4, allocation: dra}]", "f")
+    assert [g.allocation for g in plain.gpus] == ["device-plugin", "dra"]
+    assert plain.nvml_privileged is False

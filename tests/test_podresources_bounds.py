@@ -264,6 +264,43 @@ def test_string_lengths() -> None:
     )
 
 
+def _dra_answer(claim: str = "c", device: str = "gpu-0", devices: int = 1) -> bytes:
+    return api_pb2.ListPodResourcesResponse(
+        pod_resources=[
+            api_pb2.PodResources(
+                name="p",
+                namespace="n",
+                containers=[
+                    api_pb2.ContainerResources(
+                        name="main",
+                        dynamic_resources=[
+                            api_pb2.DynamicResource(
+                                claim_name=claim,
+                                claim_namespace="n",
+                                claim_resources=[
+                                    api_pb2.ClaimResource(
+                                        driver_name="gpu.nvidia.com",
+                                        pool_name="node",
+                                        device_name=device,
+                                    )
+                                ]
+                                * devices,
+                            )
+                        ],
+                    )
+                ],
+            )
+        ]
+    ).SerializeToString()
+
+
+def test_dra_claims_are_bounded_too() -> None:
+    check_answer("List", _dra_answer(claim="c" * 253, device="d" * 63))
+    assert "a DRA claim name of 254 bytes" in too_large(_dra_answer(claim="c" * 254))
+    assert "a DRA device name of 64 bytes" in too_large(_dra_answer(device="d" * 64))
+    assert "DRA devices" in too_large(_dra_answer(devices=answer_bounds.MAX_DRA_DEVICES + 1))
+
+
 def test_packed_numbers_and_unknown_fields_are_counted() -> None:
     # CPU IDs in one packed field, one byte each, that would decode to 8 bytes each.
     def cpu_ids(count: int) -> bytes:

@@ -195,3 +195,19 @@ def test_every_recording_rule_has_an_expression_test(version):
                 for case in cases
                 for sample in case.get("exp_samples") or []
             ), f"no promql_expr_test expects {name}{{{wanted}}}"
+
+
+def test_unit_tests_match_resources_as_the_generated_queries_do():
+    """Expressions the unit tests copy from the dashboards (whole GPUs, MIG devices of both
+    allocation paths) use the config's matchers, so the tests check the queries that ship."""
+    config = FLAVOURS[VERSIONS[0]].resources
+    allowed = {config.whole_gpu_regex, config.mig_regex, config.gpu_ksm_regex}
+    used = {
+        match.group(1)
+        for path in TEST_FILES[VERSIONS[0]]
+        for test in load(path).get("tests", [])
+        for case in test.get("promql_expr_test", [])
+        for match in re.finditer(r'\bresource=~"([^"]*)"', case["expr"])
+    }
+    assert used, "no unit test checks a dashboard's resource matcher"
+    assert used <= allowed, sorted(used - allowed)

@@ -54,6 +54,9 @@ class CompanionExporter:
 
     job: str
     args: tuple[str, ...] = ()
+    # Scraped as this job instead (a relabel of `job`), so the bundle's rules read it as one more
+    # node of the cluster, e.g. a DRA node beside a device-plugin node.
+    as_job: str = ""
 
 
 def simulated_exporter(
@@ -162,8 +165,16 @@ class LocalStack:
         self._extra_jobs = [
             *extra_jobs,
             *(
-                {"job_name": job, "static_configs": [{"targets": [self.addresses[job]]}]}
-                for job in self.companions
+                {
+                    "job_name": c.job,
+                    "static_configs": [{"targets": [self.addresses[c.job]]}],
+                    **(
+                        {"relabel_configs": [{"target_label": "job", "replacement": c.as_job}]}
+                        if c.as_job
+                        else {}
+                    ),
+                }
+                for c in companions
             ),
         ]
         self._extra_rules = dict(extra_rules or {})

@@ -8,9 +8,11 @@ from collections import Counter
 from exporter.config import LabelConfig
 from exporter.exposition import own_families as own
 from exporter.exposition.context import AttributionContext
-from exporter.exposition.entities import device_labels, host_labels
+from exporter.exposition.entities import device_labels, dra_labels, host_labels
 from exporter.exposition.text_format import FamilyWriter, Labels, format_value, label_body
 from exporter.podresources.attribution import Attribution, Holder, allocatable_units
+from exporter.podresources.dra_capacity import dra_allocatable, dra_allocated, dra_units
+from exporter.podresources.dra_resolve import DraIndex
 from exporter.snapshot import NodeSnapshot
 
 
@@ -33,6 +35,7 @@ def _holder_labels(holder: Holder, context: AttributionContext) -> Labels:
         ("container", holder.container),
         ("resource", holder.resource),
         ("device_id", holder.device_id),
+        *dra_labels(holder),
     )
     if context.kube is not None:
         meta = context.kube.pods.get((holder.namespace, holder.pod))
@@ -69,7 +72,11 @@ def render_allocations(
 
 
 def render_capacity(
-    out: FamilyWriter, snapshot: NodeSnapshot, context: AttributionContext, config: LabelConfig
+    out: FamilyWriter,
+    snapshot: NodeSnapshot,
+    attribution: Attribution,
+    context: AttributionContext,
+    config: LabelConfig,
 ) -> None:
     host = host_labels(config)
     out.family(
@@ -86,28 +93,50 @@ def render_capacity(
     pods = context.pods
     if pods is None:
         return
+    slices = context.kube.resource_slices if context.kube is not None else {}
+    slices_synced = context.kube is not None and context.kube.slices_synced is True
     units = allocatable_units(snapshot, pods)
     if units is not None:
+        dra = dra_units(DraIndex.of(snapshot, slices), attribution, slices_synced)
         out.family(
             own.DEVICE_ALLOCATABLE_UNITS,
             [
                 (
                     label_body(device_labels(g.identity, config)),
-                    str(units.get(g.identity.uuid, 0)),
+                    str(units.get(g.identity.uuid, 0) + dra[g.identity.uuid]),
                 )
                 for g in snapshot.gpus
             ],
         )
+    allocatable: dict[str, int] | None = None
     if pods.allocatable is not None:
+        allocatable = dict(pods.allocatable)
+        if slices_synced:
+            allocatable.update(dra_allocatable(slices))
         out.family(
             own.NODE_ALLOCATABLE_DEVICES,
-            [(label_body((*host, ("resource", r))), str(n)) for r, n in pods.allocatable],
+            [
+                (label_body((*host, ("resource", r))), str(n))
+                for r, n in sorted(allocatable.items())
+            ],
         )
     allocated = dict(pods.allocated)
-    resources = sorted({*allocated, *(r for r, _ in pods.allocatable or ())})
+    allocated.update(dra_allocated(attribution))
+    resources = sorted({*allocated, *(allocatable or ())})
     out.family(
         own.NODE_ALLOCATED_DEVICES,
         [(label_body((*host, ("resource", r))), str(allocated.get(r, 0))) for r in resources],
+    )
+
+
+def render_dra_unresolved(out: FamilyWriter, attribution: Attribution, config: LabelConfig) -> None:
+    host = host_labels(config)
+    out.family(
+        own.DRA_DEVICES_UNRESOLVED,
+        [
+            (label_body((*host, ("driver", driver), ("reason", reason))), str(n))
+            for (driver, reason), n in attribution.dra_unresolved
+        ],
     )
 
 
@@ -135,13 +164,22 @@ def render_source_health(
         [
             (label_body((("resource", "pods"),)), format_value(view.pods_synced)),
             (label_body((("resource", "node"),)), format_value(view.node_synced)),
+            *(
+                [(label_body((("resource", "resourceslices"),)), format_value(view.slices_synced))]
+                if view.slices_synced is not None
+                else []
+            ),
         ],
     )
     out.family(
         own.KUBERNETES_LAST_UPDATE_TIMESTAMP_SECONDS,
         [
             (label_body((("resource", name),)), format_value(at))
-            for name, at in (("pods", view.pods_updated_at), ("node", view.node_updated_at))
+            for name, at in (
+                ("pods", view.pods_updated_at),
+                ("node", view.node_updated_at),
+                ("resourceslices", view.slices_updated_at),
+            )
             if at is not None
         ],
     )

@@ -38,7 +38,13 @@ class AttributionContext:
             )
         if self.kube is not None:
             statuses.append(
-                CollectorStatus("kubernetes", self.kube.pods_synced and self.kube.node_synced, 0.0)
+                CollectorStatus(
+                    "kubernetes",
+                    self.kube.pods_synced
+                    and self.kube.node_synced
+                    and self.kube.slices_synced is not False,
+                    0.0,
+                )
             )
         return tuple(statuses)
 

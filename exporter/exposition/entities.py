@@ -91,6 +91,35 @@ def pod_labels(holder: Holder) -> Labels:
     return (("container", holder.container), ("namespace", holder.namespace), ("pod", holder.pod))
 
 
+def dra_labels(holder: Holder) -> Labels:
+    """dcgm-exporter's DRA labels (its --kubernetes-enable-dra), for a device held through a
+    claim; the MIG pair only for a MIG device, the share ID only where the kubelet gave one."""
+    claim = holder.dra
+    if claim is None:
+        return ()
+    labels: Labels = (
+        ("dra_claim_name", claim.claim_name),
+        ("dra_claim_namespace", claim.claim_namespace),
+        ("dra_device_name", claim.device),
+        ("dra_driver_name", claim.driver),
+    )
+    if claim.mig_profile or claim.mig_uuid:
+        labels += (("dra_mig_device_uuid", claim.mig_uuid), ("dra_mig_profile", claim.mig_profile))
+    labels += (("dra_pool_name", claim.pool),)
+    if claim.share_id is not None:
+        labels += (("dra_share_id", claim.share_id),)
+    return labels
+
+
+def is_shared(holders: tuple[Holder, ...]) -> bool:
+    """No single container owns a device that several containers hold, that several DRA claims
+    name, or that the kubelet gave out as a share (a DRA share ID, like time-slicing replicas)."""
+    if len(_by_container(holders)) > 1:
+        return True
+    claims = {(h.dra.claim_namespace, h.dra.claim_name) for h in holders if h.dra is not None}
+    return len(claims) > 1 or any(h.dra is not None and h.dra.share_id for h in holders)
+
+
 ContainerKey = tuple[str, str, str]
 
 
@@ -118,6 +147,7 @@ def _holder_labels(
         # adds to the entity later (a new profile label) from ever appearing twice.
         labels += tuple((k, v) for k, v in meta.series_labels if k not in own)
     labels += pod_labels(holder)
+    labels += dra_labels(holder)
     if meta is not None and meta.uid and (per_pod or config.pod_uid_on_series):
         labels += (("pod_uid", meta.uid),)
     if per_pod:
@@ -135,7 +165,7 @@ def _with_holders(
 ) -> list[Entity]:
     containers = _by_container(holders)
     per_pod = config.shared_device_series == PER_POD
-    if len(containers) == 1 or (containers and per_pod):
+    if (containers and not is_shared(holders)) or (containers and per_pod):
         return [
             replace(
                 entity,

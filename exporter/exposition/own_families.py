@@ -111,22 +111,47 @@ DEVICE_ALLOCATABLE_UNITS = _own(
     "device_allocatable_units",
     GAUGE,
     "Device IDs the kubelet can allocate that this GPU backs: 1 for a whole GPU, one per "
-    "time-slicing replica or MIG instance; 0 when the device plugin does not offer the "
-    "GPU (unhealthy, or no resource for its MIG layout).",
+    "time-slicing replica or MIG instance, plus the DRA devices NVIDIA's DRA driver offers "
+    "on it (held ones only, without the ResourceSlice watch); 0 when neither the device "
+    "plugin nor the DRA driver offers the GPU.",
     DEVICE,
 )
 NODE_ALLOCATABLE_DEVICES = _own(
     "node_allocatable_devices",
     GAUGE,
     "Devices the kubelet can allocate per resource: healthy devices only, each "
-    "time-slicing replica or memory unit counted once.",
+    "time-slicing replica or memory unit counted once; DRA devices the node's "
+    "ResourceSlices offer under resource gpu.nvidia.com (whole GPUs) or "
+    "gpu.nvidia.com/mig-<profile>.",
     (HOST, "resource"),
 )
 NODE_ALLOCATED_DEVICES = _own(
     "node_allocated_devices",
     GAUGE,
-    "Devices held by active pods per resource, from the kubelet pod-resources API.",
+    "Devices held by active pods per resource, from the kubelet pod-resources API; DRA "
+    "devices once each, however many claims share them, under resource gpu.nvidia.com or "
+    "gpu.nvidia.com/mig-<profile>.",
     (HOST, "resource"),
+)
+DRA_DEVICES_UNRESOLVED = _own(
+    "dra_devices_unresolved",
+    GAUGE,
+    "DRA devices of running containers that the exporter cannot tie to an NVML device, by "
+    "driver and reason (foreign_driver, unknown_name, no_such_gpu, no_such_mig_instance, "
+    "ambiguous_mig_instance).",
+    (HOST, "driver", "reason"),
+)
+
+# dcgm-exporter's DRA labels (--kubernetes-enable-dra), plus the kubelet's share ID.
+DRA_LABELS = (
+    "dra_claim_name",
+    "dra_claim_namespace",
+    "dra_device_name",
+    "dra_driver_name",
+    "dra_mig_device_uuid",
+    "dra_mig_profile",
+    "dra_pool_name",
+    "dra_share_id",
 )
 
 # Pod attribution, from the kubelet and (with --kubernetes) the API server.
@@ -146,6 +171,7 @@ POD_DEVICE_ALLOCATION = _own(
         "container",
         "resource",
         "device_id",
+        *DRA_LABELS,
         "pod_uid",
         "owner_kind",
         "owner_name",
@@ -173,7 +199,8 @@ PODRESOURCES_ERRORS_TOTAL = _own(
 KUBERNETES_WATCH_UP = _own(
     "kubernetes_watch_up",
     GAUGE,
-    "Whether the watch of this node's pods or of the node object is synced (1) or not (0).",
+    "Whether the watch of this node's pods, of the node object or of its ResourceSlices is "
+    "synced (1) or not (0).",
     ("resource",),
 )
 KUBERNETES_LAST_UPDATE_TIMESTAMP_SECONDS = _own(

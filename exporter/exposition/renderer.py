@@ -19,6 +19,7 @@ from exporter.exposition import own_families as own
 from exporter.exposition.attribution_metrics import (
     render_allocations,
     render_capacity,
+    render_dra_unresolved,
     render_source_health,
 )
 from exporter.exposition.context import NO_CONTEXT, AttributionContext
@@ -61,7 +62,9 @@ class Renderer:
 
     def render_body(self, snapshot: NodeSnapshot, context: AttributionContext = NO_CONTEXT) -> str:
         out = FamilyWriter()
-        attribution = attribute(snapshot, context.pods)
+        attribution = attribute(
+            snapshot, context.pods, None if context.kube is None else context.kube.resource_slices
+        )
         entities = dcgm_entities(snapshot, self._labels, attribution, context.kube)
         bodies = [label_body(e.labels) for e in entities]
         readings = [e.readings for e in entities]
@@ -72,9 +75,10 @@ class Renderer:
         self._xid(out, entities, bodies)
         self._clock_events(out, entities, bodies)
         self._self_metrics(out, snapshot, context)
-        render_capacity(out, snapshot, context, self._labels)
+        render_capacity(out, snapshot, attribution, context, self._labels)
         if context.attribution_enabled:
             render_allocations(out, snapshot, attribution, context, self._labels)
+            render_dra_unresolved(out, attribution, self._labels)
         render_source_health(out, context, self._labels)
         return out.text()
 

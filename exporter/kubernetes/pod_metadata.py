@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -15,6 +15,7 @@ from exporter.kubernetes.label_names import (
     sanitize_label_name,
     series_label_name,
 )
+from exporter.kubernetes.resource_slices import SliceDevice
 
 # gpu-feature-discovery and the MIG manager label nodes under nvidia.com/. The GFD timestamp
 # changes on every relabel and would only churn series.
@@ -49,6 +50,15 @@ class KubernetesView:
     # (reason, pod label keys left off the DCGM series for it), every reason in SERIES_DROP_REASONS
     # once --kubernetes.enable-pod-labels is on; empty otherwise.
     series_labels_dropped: tuple[tuple[str, int], ...] = ()
+    # NVIDIA GPU DRA devices this node's ResourceSlices offer, by (pool, device name); only
+    # those of the newest generation of each pool. Empty unless the ResourceSlice watch runs.
+    resource_slices: Mapping[tuple[str, str], SliceDevice] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    # None: the ResourceSlice watch is off, or the cluster serves no resource.k8s.io API;
+    # False: on and not (or no longer) synced.
+    slices_synced: bool | None = None
+    slices_updated_at: float | None = None
 
 
 EMPTY_VIEW = KubernetesView(MappingProxyType({}), (), False, False, None, None, 0, 0, 0)

@@ -1,10 +1,11 @@
-"""Watches this node's pods and this node object through the `kubernetes` client.
+"""Watches this node's pods, this node object and, optionally, this node's ResourceSlices
+(exporter/kubernetes/slice_watch.py) through the `kubernetes` client.
 
 Each watch follows the API's list-then-watch protocol: LIST with `resourceVersion=0` (served from
 the API server's watch cache, which indexes pods by node, instead of a quorum read of every pod
 from etcd), then WATCH from the list's version with bookmarks, resuming from the newest version
 seen; 410 Gone means that version fell out of the history, so it lists again. Errors back off
-exponentially with jitter. Both field selectors are always set: a DaemonSet that lists pods
+exponentially with jitter. Every watch sets its field selector: a DaemonSet that lists pods
 cluster-wide on every node is how control planes go down.
 
 Only the failures an API conversation is expected to have (HTTP errors, broken connections,
@@ -42,6 +43,7 @@ from exporter.kubernetes.pod_metadata import (
     node_gpu_labels,
     pod_metadata,
 )
+from exporter.kubernetes.slice_watch import NO_DRA_RECHECK_SECONDS, SliceWatchThread
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,16 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
     )
 
 
+def _failure(exc: BaseException) -> str:
+    """One line about a failed API conversation. An ApiException's text spans lines, the first
+    of which holds only the status code."""
+    import kubernetes
+
+    if isinstance(exc, kubernetes.client.ApiException):
+        return f"HTTP {exc.status} {exc.reason}"[:300]
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+
+
 class _NodeWatchThread(BackgroundThread):
     """The node's watch: the same retry loop as the pods' watch, in a thread of its own, stopped
     together with it."""
@@ -77,7 +89,7 @@ class _NodeWatchThread(BackgroundThread):
         self._owner = owner
 
     def _run(self) -> None:
-        self._owner._watch_forever(self._owner._node_round)
+        self._owner._watch_forever(self._owner._node_round, "node_synced")
 
     def _on_crash(self) -> None:
         self._owner._update(node_synced=False)
@@ -97,6 +109,8 @@ class KubernetesWatcher(BackgroundThread):
         watch_timeout_seconds: int = 300,
         list_timeout_seconds: float = 30.0,
         stall_grace_seconds: float = 15.0,
+        watch_resource_slices: bool = False,
+        no_dra_recheck_seconds: float = NO_DRA_RECHECK_SECONDS,
     ) -> None:
         super().__init__()
         self._factory = api_client_factory
@@ -118,14 +132,27 @@ class KubernetesWatcher(BackgroundThread):
                 EMPTY_VIEW, series_labels_dropped=tuple((r, 0) for r in SERIES_DROP_REASONS)
             )
         self._node_watch = _NodeWatchThread(self)
+        self._slice_watch: SliceWatchThread | None = None
+        if watch_resource_slices:
+            self._slice_watch = SliceWatchThread(self, no_dra_recheck_seconds)
+            # None would say the watch is off; it is on, and has not listed yet.
+            self._view = replace(self._view, slices_synced=False)
+        self._client: Any = None
         self._api: Any = None
         self._open_watches: set[Any] = set()
 
     # ---- lifecycle ----
 
+    def _side_watches(self) -> list[BackgroundThread]:
+        threads: list[BackgroundThread] = [self._node_watch]
+        if self._slice_watch is not None:
+            threads.append(self._slice_watch)
+        return threads
+
     def start(self) -> None:
         super().start()
-        self._node_watch.start()
+        for thread in self._side_watches():
+            thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
@@ -138,10 +165,13 @@ class KubernetesWatcher(BackgroundThread):
                 with contextlib.suppress(Exception):
                     response.shutdown() if hasattr(response, "shutdown") else response.close()
         super().stop(timeout)
-        self._node_watch.stop(timeout)
+        for thread in self._side_watches():
+            thread.stop(timeout)
 
     def problem(self) -> str | None:
-        return super().problem() or self._node_watch.problem()
+        return super().problem() or next(
+            (p for t in self._side_watches() if (p := t.problem()) is not None), None
+        )
 
     def view(self) -> KubernetesView:
         """The latest view; never synced while the watch that feeds it is crashed."""
@@ -150,13 +180,15 @@ class KubernetesWatcher(BackgroundThread):
             view = replace(view, pods_synced=False)
         if view.node_synced and not self._node_watch.thread_healthy:
             view = replace(view, node_synced=False)
+        if view.slices_synced and self._slice_watch and not self._slice_watch.thread_healthy:
+            view = replace(view, slices_synced=False)
         return view
 
     def _on_crash(self) -> None:
         self._update(pods_synced=False)
 
     def _replace(self, change: Callable[[dict[str, Any]], None]) -> None:
-        # Readers get the whole view by one reference read; writers (two threads) serialise here.
+        # Readers get the whole view by one reference read; writers (one per watch) serialise here.
         with self._lock:
             fields = {f: getattr(self._view, f) for f in KubernetesView.__slots__}
             change(fields)
@@ -178,21 +210,30 @@ class KubernetesWatcher(BackgroundThread):
 
         self._replace(add)
 
+    def _api_client(self) -> Any:
+        # The watch threads start here at once; one client (and one connection pool) for all.
+        with self._lock:
+            if self._client is None:
+                self._client = self._factory()
+            return self._client
+
     def _core(self) -> Any:
         import kubernetes
 
-        # Both watch threads start here at once; one client (and one connection pool) for both.
+        client = self._api_client()
         with self._lock:
             if self._api is None:
-                self._api = kubernetes.client.CoreV1Api(self._factory())
+                self._api = kubernetes.client.CoreV1Api(client)
             return self._api
 
-    # ---- the retry loop shared by both watches ----
+    # ---- the retry loop shared by the watches ----
 
     def _run(self) -> None:
-        self._watch_forever(self._pods_round)
+        self._watch_forever(self._pods_round, "pods_synced")
 
-    def _watch_forever(self, one_round: Callable[[], None]) -> None:
+    def _watch_forever(self, one_round: Callable[[], None], synced_field: str) -> None:
+        """Run `one_round` until stopped; after a failure, the view's `synced_field` reads False
+        until a round lists again."""
         backoff = Backoff(0.5, self._max_backoff)
         last_error = ""
         expected = _expected_errors()
@@ -208,18 +249,16 @@ class KubernetesWatcher(BackgroundThread):
                 if self._stop.is_set():
                     break  # stop() closed the stream under us
                 self._count("watch_errors")
-                message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                message = _failure(exc)
                 if message != last_error:
-                    log.warning("Kubernetes API watch failed: %s", message)
+                    log.warning(
+                        "Kubernetes API watch failed: %s (%s)",
+                        message,
+                        threading.current_thread().name,
+                    )
                     last_error = message
-                self._mark_unsynced(one_round)
+                self._update(**{synced_field: False})
                 self._stop.wait(backoff.failed())
-
-    def _mark_unsynced(self, one_round: Callable[[], None]) -> None:
-        if one_round == self._pods_round:
-            self._update(pods_synced=False)
-        else:
-            self._update(node_synced=False)
 
     def _list(self, call: Callable[..., Any], selector: str) -> tuple[list[dict], str]:
         response = call(

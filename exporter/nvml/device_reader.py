@@ -111,6 +111,7 @@ class DeviceReader:
         pci = raw("nvmlDeviceGetPciInfo", handle)
         mig = self._nvml.call(uuid, "mig_mode", "nvmlDeviceGetMigMode", handle)
         licence = self._vgpu_licence(uuid, handle)
+        minor = self._nvml.call(uuid, "minor_number", "nvmlDeviceGetMinorNumber", handle)
         with self._plans_lock:
             self._licence[uuid] = licence
         return GpuIdentity(
@@ -120,6 +121,7 @@ class DeviceReader:
             pci_bus_id=_text(pci.busId),
             mig_enabled=None if mig is None else bool(mig[0]),
             mig_pending=None if mig is None else bool(mig[1]),
+            minor_number=None if minor is None else int(minor),
         )
 
     def read_board(self, identity: GpuIdentity, handle: Any) -> GpuReadings:

@@ -73,10 +73,19 @@ class GuardedNvml:
                 return None
         return None
 
-    def raw(self, function: str, *args: Any, **kwargs: Any) -> Any:
-        """Call without memoisation, counting any error before re-raising it."""
+    def raw(
+        self,
+        function: str,
+        *args: Any,
+        answers: tuple[type[NVMLError], ...] = (),
+        **kwargs: Any,
+    ) -> Any:
+        """Call without memoisation, counting any error before re-raising it; errors of the
+        `answers` types are an expected reply (a privilege refusal), re-raised uncounted."""
         try:
             return getattr(pynvml, function)(*args, **kwargs)
+        except answers:
+            raise
         except NVMLError as exc:
             self._tally.record(function, error_name(exc))
             raise

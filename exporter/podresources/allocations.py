@@ -20,6 +20,23 @@ class Allocation:
 
 
 @dataclass(frozen=True, slots=True)
+class DraAllocation:
+    """One device of one DRA claim that a container uses, as the kubelet lists it."""
+
+    namespace: str
+    pod: str
+    container: str
+    claim_name: str
+    claim_namespace: str
+    driver: str
+    pool: str
+    device: str
+    # Kubernetes 1.35+: set when the device is allocated to several claims at once (a
+    # consumable-capacity share); None when the kubelet does not say.
+    share_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PodResourcesSnapshot:
     allocations: tuple[Allocation, ...]
     # resource -> device IDs the kubelet can hand out (healthy devices only); None when the kubelet
@@ -30,6 +47,8 @@ class PodResourcesSnapshot:
     taken_at: float
     # Every allocatable device ID, parsed, so each can be traced to its physical GPU; None as above.
     allocatable_devices: tuple[DeviceRef, ...] | None = None
+    # Every DRA device a container uses, of any driver, in answer order.
+    dra_allocations: tuple[DraAllocation, ...] = ()
 
 
 def count_devices(devices: object, extra: frozenset[str]) -> dict[str, int]:
@@ -47,9 +66,25 @@ def from_responses(
     taken_at: float,
 ) -> PodResourcesSnapshot:
     allocations: list[Allocation] = []
+    dra: list[DraAllocation] = []
     allocated: Counter[str] = Counter()
     for pod in listing.pod_resources:
         for container in pod.containers:
+            for claim in container.dynamic_resources:
+                for device in claim.claim_resources:
+                    dra.append(
+                        DraAllocation(
+                            pod.namespace,
+                            pod.name,
+                            container.name,
+                            claim.claim_name,
+                            claim.claim_namespace,
+                            device.driver_name,
+                            device.pool_name,
+                            device.device_name,
+                            device.share_id if device.HasField("share_id") else None,
+                        )
+                    )
             for devices in container.devices:
                 if not is_gpu_resource(devices.resource_name, extra_resources):
                     continue
@@ -80,4 +115,5 @@ def from_responses(
         allocated=tuple(sorted(allocated.items())),
         taken_at=taken_at,
         allocatable_devices=offered,
+        dra_allocations=tuple(dra),
     )

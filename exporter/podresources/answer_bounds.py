@@ -51,6 +51,11 @@ MAX_RESOURCE_NAME_BYTES = 253 + 1 + 63
 # NVIDIA's longest form, MIG-GPU-<uuid>/<gi>/<ci>::<replica>, is about 60 bytes; other plugins use
 # PCI addresses, device paths or hashes. A few hundred is plenty.
 MAX_DEVICE_ID_BYTES = 256
+# DRA (resource.k8s.io validation): claim names are DNS subdomains, driver names DNS subdomains of
+# at most 63, pool names up to 252 bytes, device names DNS labels, share IDs UUIDs; fully
+# qualified CDI names join a vendor/class and a device name.
+MAX_DRA_NAME_BYTES = 253
+MAX_DRA_DEVICES = MAX_DEVICE_IDS
 
 _STRING_LIMITS = {
     "v1.PodResources.name": ("pod name", MAX_POD_NAME_BYTES),
@@ -58,12 +63,20 @@ _STRING_LIMITS = {
     "v1.ContainerResources.name": ("container name", MAX_CONTAINER_NAME_BYTES),
     "v1.ContainerDevices.resource_name": ("resource name", MAX_RESOURCE_NAME_BYTES),
     "v1.ContainerDevices.device_ids": ("device ID", MAX_DEVICE_ID_BYTES),
+    "v1.DynamicResource.claim_name": ("DRA claim name", MAX_DRA_NAME_BYTES),
+    "v1.DynamicResource.claim_namespace": ("DRA claim namespace", MAX_NAMESPACE_BYTES),
+    "v1.ClaimResource.driver_name": ("DRA driver name", 63),
+    "v1.ClaimResource.pool_name": ("DRA pool name", MAX_DRA_NAME_BYTES),
+    "v1.ClaimResource.device_name": ("DRA device name", 63),
+    "v1.ClaimResource.share_id": ("DRA share ID", 63),
+    "v1.CDIDevice.name": ("CDI device name", MAX_RESOURCE_NAME_BYTES),
 }
 # field -> (what it counts, bound per answer, bound per enclosing message or 0)
 _COUNTS = {
     "v1.ListPodResourcesResponse.pod_resources": ("pods", MAX_PODS, 0),
     "v1.PodResources.containers": ("containers", MAX_CONTAINERS, MAX_CONTAINERS_PER_POD),
     "v1.ContainerDevices.device_ids": ("device IDs", MAX_DEVICE_IDS, 0),
+    "v1.DynamicResource.claim_resources": ("DRA devices", MAX_DRA_DEVICES, 0),
 }
 _BY_ANSWER = {
     "List": api_pb2.ListPodResourcesResponse.DESCRIPTOR,

@@ -4,15 +4,41 @@ instance. A device shared through replicas keeps every holder, never only the la
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass
+from collections import Counter, defaultdict
+from dataclasses import dataclass, replace
 
-from exporter.podresources.allocations import Allocation, PodResourcesSnapshot
+from exporter.podresources.allocations import Allocation, DraAllocation, PodResourcesSnapshot
 from exporter.podresources.device_ids import DeviceKind, DeviceRef
+from exporter.podresources.dra_devices import NVIDIA_GPU_DRIVER
+from exporter.podresources.dra_resolve import (
+    FOREIGN_DRIVER,
+    DraIndex,
+    DraTarget,
+    SliceMap,
+    dra_resource,
+    resolve_dra_device,
+)
 from exporter.snapshot import NodeSnapshot
 
 # (GPU UUID, GPU-instance id or None for the whole GPU)
 DeviceKey = tuple[str, int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class DraClaimDevice:
+    """How a holder got its device through DRA: the claim, and the device as the kubelet named
+    it. dcgm-exporter's DRA mode spells these as its `dra_*` labels."""
+
+    claim_name: str
+    claim_namespace: str
+    driver: str
+    pool: str
+    device: str
+    share_id: str | None = None
+    # For a MIG device: its profile and its UUID, where known (a dynamic-MIG device announced
+    # without a `uuid` still gets the UUID NVML shows for the instance it resolved to).
+    mig_profile: str = ""
+    mig_uuid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +52,19 @@ class Holder:
     # The shares among those IDs (`2` of `GPU-...::2`, `1` of GKE's `nvidia0/vgpu1`), in
     # share_order; empty when the container holds the device itself rather than shares of it.
     shares: tuple[str, ...] = ()
+    # Set for a device held through a DRA claim: then `resource` is the driver's name and
+    # `device_id` the DRA device name.
+    dra: DraClaimDevice | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DraDeviceInUse:
+    """One distinct device of NVIDIA's GPU DRA driver that containers on this node use."""
+
+    pool: str
+    device: str
+    resource: str  # as the capacity families count it (dra_resolve.dra_resource)
+    key: DeviceKey | None  # None: it did not resolve to an NVML device
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +72,10 @@ class Attribution:
     holders: dict[DeviceKey, tuple[Holder, ...]]
     # Allocations whose device is not on this node's NVML snapshot (e.g. a GPU that was lost).
     unresolved: tuple[Holder, ...]
+    # NVIDIA GPU DRA devices in use, each once however many claims share it.
+    dra_in_use: tuple[DraDeviceInUse, ...] = ()
+    # ((driver, reason), DRA devices of running containers that name no NVML device), sorted.
+    dra_unresolved: tuple[tuple[tuple[str, str], int], ...] = ()
 
     def for_device(self, uuid: str, gpu_instance_id: int | None) -> tuple[Holder, ...]:
         """Holders of a GPU instance include those holding its whole GPU (MIG strategy none)."""
@@ -88,7 +131,9 @@ def resolve_device(ref: DeviceRef, node: NodeSnapshot | _DeviceIndex) -> DeviceK
     return None
 
 
-def attribute(node: NodeSnapshot, pods: PodResourcesSnapshot | None) -> Attribution:
+def attribute(
+    node: NodeSnapshot, pods: PodResourcesSnapshot | None, slices: SliceMap | None = None
+) -> Attribution:
     """Which containers hold each device of `node`, from the kubelet's allocations.
 
     The device IDs a container got for one device are counted into one Holder, so a time-sliced
@@ -115,18 +160,100 @@ def attribute(node: NodeSnapshot, pods: PodResourcesSnapshot | None) -> Attribut
                 allocation.device.device_key,
             )
         ].append(allocation.device.shared_id)
+    found: list[tuple[DeviceKey | None, Holder]] = []
+    for (key, namespace, pod, container, resource, device_id), ids in held.items():
+        shares = tuple(sorted({s for s in ids if s is not None}, key=share_order))
+        found.append(
+            (key, Holder(namespace, pod, container, resource, device_id, len(ids), shares))
+        )
+    dra_holders, in_use, dra_unresolved = _dra_holders(pods.dra_allocations, node, slices)
+    found.extend(dra_holders)
     holders: dict[DeviceKey, list[Holder]] = defaultdict(list)
     unresolved: list[Holder] = []
-    for (key, namespace, pod, container, resource, device_id), ids in sorted(
-        held.items(), key=lambda item: (str(item[0][0]), *item[0][1:])
-    ):
-        shares = tuple(sorted({s for s in ids if s is not None}, key=share_order))
-        holder = Holder(namespace, pod, container, resource, device_id, len(ids), shares)
+    for key, holder in sorted(found, key=_holder_order):
         if key is None:
             unresolved.append(holder)
         else:
             holders[key].append(holder)
-    return Attribution({k: tuple(v) for k, v in holders.items()}, tuple(unresolved))
+    return Attribution(
+        {k: tuple(v) for k, v in holders.items()},
+        tuple(unresolved),
+        in_use,
+        dra_unresolved,
+    )
+
+
+def _holder_order(item: tuple[DeviceKey | None, Holder]) -> tuple[object, ...]:
+    key, h = item
+    claim = (
+        ("", "", "", "")
+        if h.dra is None
+        else (h.dra.claim_namespace, h.dra.claim_name, h.dra.pool, h.dra.device)
+    )
+    return (str(key), h.namespace, h.pod, h.container, h.resource, h.device_id, *claim)
+
+
+def _dra_holders(
+    allocations: tuple[DraAllocation, ...], node: NodeSnapshot, slices: SliceMap | None
+) -> tuple[
+    list[tuple[DeviceKey | None, Holder]],
+    tuple[DraDeviceInUse, ...],
+    tuple[tuple[tuple[str, str], int], ...],
+]:
+    """Holders of DRA devices, one per (container, claim, device); the distinct NVIDIA GPU
+    devices in use; and how many devices resolved to nothing, by driver and reason."""
+    if not allocations:
+        return [], (), ()
+    index = DraIndex.of(node, slices)
+    results: dict[tuple[str, str, str], DraTarget | str] = {}
+    holders: dict[tuple[object, ...], tuple[DeviceKey | None, Holder]] = {}
+    for a in allocations:
+        device = (a.driver, a.pool, a.device)
+        if device not in results:
+            results[device] = resolve_dra_device(a.driver, a.pool, a.device, index)
+        target = results[device]
+        if target == FOREIGN_DRIVER:
+            continue
+        key: DeviceKey | None = None
+        claim = DraClaimDevice(
+            a.claim_name, a.claim_namespace, a.driver, a.pool, a.device, a.share_id
+        )
+        if isinstance(target, DraTarget):
+            key = (target.gpu_uuid, target.gpu_instance_id)
+            if target.gpu_instance_id is not None:
+                claim = replace(claim, mig_profile=target.mig_profile, mig_uuid=target.mig_uuid)
+        holding = (
+            a.namespace,
+            a.pod,
+            a.container,
+            a.claim_namespace,
+            a.claim_name,
+            *device,
+            a.share_id,
+        )
+        if holding in holders:
+            continue  # the kubelet listed the same device of the same claim twice
+        holders[holding] = (
+            key,
+            Holder(a.namespace, a.pod, a.container, a.driver, a.device, 1, (), claim),
+        )
+    unresolved: Counter[tuple[str, str]] = Counter()
+    in_use: list[DraDeviceInUse] = []
+    for (driver, pool, device), target in sorted(results.items()):
+        if isinstance(target, str):
+            unresolved[(driver, target)] += 1
+        if driver != NVIDIA_GPU_DRIVER:
+            continue
+        resolved = target if isinstance(target, DraTarget) else None
+        in_use.append(
+            DraDeviceInUse(
+                pool,
+                device,
+                dra_resource(driver, resolved, index.slices.get((pool, device))),
+                None if resolved is None else (resolved.gpu_uuid, resolved.gpu_instance_id),
+            )
+        )
+    return list(holders.values()), tuple(in_use), tuple(sorted(unresolved.items()))
 
 
 def allocatable_units(

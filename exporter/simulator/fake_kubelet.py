@@ -5,6 +5,13 @@ Allocations follow the node's workloads: training pods hold whole GPUs (two per 
 inference GPU is time-sliced among three pods (four replicas, one free), other inference and batch
 GPUs have a pod each, idle GPUs are free, and every MIG instance but the second on each GPU is held
 by a pod. Pods without devices are listed too, as the real kubelet does.
+
+GPUs the fleet gives to NVIDIA's DRA driver (`allocation: dra`) are never device-plugin devices:
+pods hold them through ResourceClaims, reported in `dynamic_resources`, and the allocatable list
+leaves them out. Their layout: training GPUs two to a claim (the first such pod also holds an IMEX
+channel of the ComputeDomain driver), the first whole inference GPU in two claims of two pods, each
+with a share ID, the next one in a claim that two containers of one pod use, other inference and
+batch GPUs one claim each, idle GPUs free, and every MIG instance but the second claimed.
 """
 
 from __future__ import annotations
@@ -20,20 +27,49 @@ from pathlib import Path
 
 import grpc
 
+from exporter.podresources.allocations import DraAllocation
+from exporter.podresources.dra_devices import NVIDIA_GPU_DRIVER
 from exporter.podresources.v1 import api_pb2, api_pb2_grpc
+from exporter.simulator import resource_slices
 from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.sim_gpu import SimGpu, SimMigInstance
+from exporter.simulator.sim_gpu import SimGpu, SimMigInstance, stable_uuid
 
 SHARED_REPLICAS = 4
+DRA_SHARED_CLAIMS = 2
+# NVIDIA's ComputeDomain DRA driver: its devices are IMEX channels, not GPUs.
+COMPUTE_DOMAIN_DRIVER = "compute-domain.nvidia.com"
 _NAMESPACES = {"training": "ml-training", "inference": "inference", "batch": "batch"}
+
+
+@dataclass(frozen=True, slots=True)
+class FakeClaimDevice:
+    driver: str
+    pool: str
+    device: str
+    # Set when the device is in several claims at once (Kubernetes 1.35+ consumable capacity).
+    share_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FakeClaim:
+    namespace: str
+    name: str
+    devices: tuple[FakeClaimDevice, ...]
+
+    @property
+    def uid(self) -> str:
+        return stable_uuid(0, "claim", self.namespace, self.name)
 
 
 @dataclass
 class FakePod:
     namespace: str
     name: str
-    # container name -> [(resource name, [device ids])]
+    # container name -> [(resource name, [device ids])]; every container is here, with or
+    # without devices.
     containers: dict[str, list[tuple[str, list[str]]]] = field(default_factory=dict)
+    # container name -> the ResourceClaims it uses (one claim may serve several containers).
+    claims: dict[str, list[FakeClaim]] = field(default_factory=dict)
 
 
 @dataclass
@@ -85,13 +121,17 @@ class FakeKubelet:
         socket_path: str | Path,
         mig_strategy: str = "mixed",
         mig_id_format: str = "uuid",
+        dra_name_format: str = "current",
     ) -> None:
         if mig_strategy not in ("mixed", "single", "none"):
             raise ValueError(f"unknown MIG strategy {mig_strategy!r}")
+        if dra_name_format not in resource_slices.NAME_FORMATS:
+            raise ValueError(f"unknown DRA device name format {dra_name_format!r}")
         self.nvml = nvml
         self.socket_path = Path(socket_path)
         self.mig_strategy = mig_strategy
         self.mig_id_format = mig_id_format
+        self.dra_name_format = dra_name_format
         self.faults = KubeletFaults()
         self.calls: dict[str, int] = {"List": 0, "GetAllocatableResources": 0, "Get": 0}
         self.in_flight = 0
@@ -119,6 +159,8 @@ class FakeKubelet:
         training: list[SimGpu] = []
         time_sliced = False
         for gpu in self.nvml.gpus:
+            if resource_slices.is_dra(gpu):
+                continue
             kind = gpu.spec.workload
             if gpu.mig_enabled and self.mig_strategy != "none":
                 for position, inst in enumerate(gpu.live_instances()):
@@ -168,15 +210,130 @@ class FakeKubelet:
                     {"trainer": [("nvidia.com/gpu", [g.uuid for g in group])]},
                 )
             )
+        pods.extend(self._claiming_pods())
         pods.append(FakePod("monitoring", "node-exporter-" + _suffix(seed, "ne"), {"exporter": []}))
         pods.append(FakePod("kube-system", "kube-proxy-" + _suffix(seed, "kp"), {"kube-proxy": []}))
         return pods, shared
+
+    def dra_device_name(self, gpu: SimGpu, instance: SimMigInstance | None = None) -> str:
+        return resource_slices.device_name(gpu, instance, self.dra_name_format)
+
+    def _claim(
+        self, pod: str, namespace: str, reference: str, devices: list[str], shared: bool = False
+    ) -> FakeClaim:
+        """A claim generated from the pod's ResourceClaimTemplate: "<pod>-<claim ref>-<5 chars>"."""
+        seed = self.nvml.fleet.seed
+        name = f"{pod}-{reference}-{_suffix(seed, 'claim', pod, reference)}"
+        share_id = stable_uuid(seed, "share", namespace, name) if shared else None
+        node = self.nvml.fleet.node_name
+        return FakeClaim(
+            namespace,
+            name,
+            tuple(FakeClaimDevice(NVIDIA_GPU_DRIVER, node, d, share_id) for d in devices),
+        )
+
+    def _claiming_pods(self) -> list[FakePod]:
+        seed = self.nvml.fleet.seed
+        node = self.nvml.fleet.node_name
+        shared = set(resource_slices.multi_allocation_gpus(self.nvml))
+        pods: list[FakePod] = []
+        training: list[SimGpu] = []
+        two_containers = False
+
+        def single(namespace: str, name: str, container: str, devices: list[str]) -> FakePod:
+            return FakePod(
+                namespace,
+                name,
+                {container: []},
+                {container: [self._claim(name, namespace, "gpu", devices)]},
+            )
+
+        for gpu in self.nvml.gpus:
+            if not resource_slices.is_dra(gpu):
+                continue
+            kind = gpu.spec.workload
+            namespace = _NAMESPACES.get(kind, "default")
+            if gpu.mig_enabled:
+                for position, inst in enumerate(gpu.live_instances()):
+                    if position == 1:
+                        continue  # left free
+                    profile = inst.profile_name.replace(".", "-").replace("+", "-")
+                    name = f"{kind}-{profile}-{_suffix(seed, 'dra', gpu.index, position)}"
+                    pods.append(
+                        single(namespace, name, "worker", [self.dra_device_name(gpu, inst)])
+                    )
+                continue
+            device = self.dra_device_name(gpu)
+            if kind == "training":
+                training.append(gpu)
+            elif gpu in shared:
+                for replica in range(DRA_SHARED_CLAIMS):
+                    name = f"embed-api-{_suffix(seed, 'embed')}-{_suffix(seed, 'embed', replica)}"
+                    claim = self._claim(name, namespace, "gpu", [device], shared=True)
+                    pods.append(FakePod(namespace, name, {"server": []}, {"server": [claim]}))
+            elif kind == "inference" and not two_containers:
+                two_containers = True
+                name = f"rag-pipeline-{_suffix(seed, 'rag', gpu.index)}"
+                claim = self._claim(name, namespace, "gpu", [device])
+                pods.append(
+                    FakePod(
+                        namespace,
+                        name,
+                        {"retriever": [], "generator": []},
+                        {"retriever": [claim], "generator": [claim]},
+                    )
+                )
+            elif kind in ("inference", "batch"):
+                pods.append(
+                    single(namespace, f"{kind}-{_suffix(seed, 'dra', gpu.index)}", "main", [device])
+                )
+        for start in range(0, len(training), 2):
+            name = f"llm-finetune-worker-{start // 2}"
+            devices = [self.dra_device_name(g) for g in training[start : start + 2]]
+            claims = [self._claim(name, "ml-training", "gpus", devices)]
+            if start == 0:
+                # Multi-node NVLink jobs also claim an IMEX channel; that device is no GPU.
+                channel = FakeClaim(
+                    "ml-training",
+                    f"{name}-imex-channel-{_suffix(seed, 'claim', name, 'imex')}",
+                    (FakeClaimDevice(COMPUTE_DOMAIN_DRIVER, node, "channel-0"),),
+                )
+                claims.append(channel)
+            pods.append(FakePod("ml-training", name, {"trainer": []}, {"trainer": claims}))
+        return pods
+
+    def dra_holders(self) -> tuple[DraAllocation, ...]:
+        """Every (container, claim, device) the List answer reports, in its order, as the
+        exporter parses it."""
+        return tuple(
+            DraAllocation(
+                pod.namespace,
+                pod.name,
+                container,
+                claim.name,
+                claim.namespace,
+                device.driver,
+                device.pool,
+                device.device,
+                device.share_id,
+            )
+            for pod in self.pods
+            for container in pod.containers
+            for claim in pod.claims.get(container, ())
+            for device in claim.devices
+        )
+
+    def dra_devices(self) -> dict[str, tuple[SimGpu, SimMigInstance | None]]:
+        """The node's DRA devices by name: the GPU, and the MIG instance for a MIG device."""
+        return resource_slices.offered_devices(self.nvml, self.dra_name_format)
 
     def allocatable_devices(self) -> dict[str, list[str]]:
         """Healthy devices by resource, as the kubelet reports them (lost GPUs excluded)."""
         devices: dict[str, list[str]] = {}
         for gpu in self.nvml.gpus:
-            if gpu.lost or gpu.uuid in self.faults.unhealthy_gpus:
+            # The kubelet's allocatable list has device-plugin devices only: DRA devices are
+            # offered through ResourceSlices.
+            if gpu.lost or gpu.uuid in self.faults.unhealthy_gpus or resource_slices.is_dra(gpu):
                 continue
             if gpu.mig_enabled and self.mig_strategy != "none":
                 for inst in gpu.live_instances():
@@ -196,6 +353,9 @@ class FakeKubelet:
         instances."""
         ids = {gpu.uuid, *(f"{gpu.uuid}::{r}" for r in range(SHARED_REPLICAS))}
         ids.update(self.mig_device_id(gpu, inst) for inst in gpu.live_instances())
+        node = self.nvml.fleet.node_name
+        names = {self.dra_device_name(gpu)}
+        names.update(self.dra_device_name(gpu, inst) for inst in gpu.live_instances())
         return sorted(
             f"{pod.namespace}/{pod.name}"
             for pod in self.pods
@@ -203,6 +363,14 @@ class FakeKubelet:
                 ids.intersection(device_ids)
                 for devices in pod.containers.values()
                 for _resource, device_ids in devices
+            )
+            or any(
+                device.driver == NVIDIA_GPU_DRIVER
+                and device.pool == node
+                and device.device in names
+                for claims in pod.claims.values()
+                for claim in claims
+                for device in claim.devices
             )
         )
 
@@ -218,6 +386,9 @@ class FakeKubelet:
                     devices=[
                         api_pb2.ContainerDevices(resource_name=resource, device_ids=ids)
                         for resource, ids in devices
+                    ],
+                    dynamic_resources=[
+                        _claim_message(claim) for claim in pod.claims.get(container, ())
                     ],
                 )
                 for container, devices in pod.containers.items()
@@ -271,6 +442,27 @@ class FakeKubelet:
         self.stop()
         time.sleep(downtime_seconds)
         self.start()
+
+
+def _claim_message(claim: FakeClaim) -> api_pb2.DynamicResource:
+    resources = []
+    for device in claim.devices:
+        message = api_pb2.ClaimResource(
+            driver_name=device.driver,
+            pool_name=device.pool,
+            device_name=device.device,
+            # NVIDIA's drivers name a claim's devices in a per-claim CDI spec ("k8s.<driver>",
+            # class "claim"), keyed by the claim's UID.
+            cdi_devices=[
+                api_pb2.CDIDevice(name=f"k8s.{device.driver}/claim={claim.uid}-{device.device}")
+            ],
+        )
+        if device.share_id is not None:
+            message.share_id = device.share_id
+        resources.append(message)
+    return api_pb2.DynamicResource(
+        claim_name=claim.name, claim_namespace=claim.namespace, claim_resources=resources
+    )
 
 
 class _Servicer(api_pb2_grpc.PodResourcesListerServicer):

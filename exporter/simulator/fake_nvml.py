@@ -8,7 +8,9 @@ library is never loaded.
 
 Fidelity notes (docs/nvml.md, from 'NOT_SUPPORTED matrix' on): NOT_SUPPORTED matrix for MIG
 parents, MIG device handles and older boards; FunctionNotFound by driver version; GI ids by
-placement; MIG names "<parent> MIG <profile>"; units mW, mJ, bytes, MHz, KB/s.
+placement; MIG names "<parent> MIG <profile>"; units mW, mJ, bytes, MHz, KB/s. GPU-instance
+handles and their info (placement, driver profile id) only for a privileged fleet
+(`nvml_privileged`); NO_PERMISSION otherwise.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ _GPU_HANDLE_STRIDE = 0x10000
 _MIG_HANDLE_STRIDE = 0x100
 _EVENT_SET_BASE = 0x7E570000
 _GPM_SAMPLE_BASE = 0x69500000
+# GPU-instance handles: base + gpu index * stride + GI id (GI ids stay below 15).
+_GPU_INSTANCE_BASE = 0x61000000
+_GPU_INSTANCE_STRIDE = 0x100
 EVENT_QUEUE_DEPTH = 4096
 _BASE_EVENTS = (
     pynvml.nvmlEventTypeXidCriticalError
@@ -81,14 +86,22 @@ class _Unsupported(Exception):
     pass
 
 
-def _api(*, device: bool = True, on_mig: str = "unsupported", name: str | None = None) -> Callable:
+def _api(
+    *,
+    device: bool = True,
+    on_mig: str = "unsupported",
+    name: str | None = None,
+    gpu_instance: bool = False,
+) -> Callable:
     """Mark a method as the stand-in for one pynvml function.
 
     on_mig: "unsupported" (NOT_SUPPORTED on MIG device handles), "ok", or "only" (MIG handles only).
+    gpu_instance: the first argument is a GPU-instance handle, not a device handle.
     """
 
     def mark(method: Callable) -> Callable:
-        method._nvml = (name or method.__name__, device, on_mig)  # type: ignore[attr-defined]
+        meta = (name or method.__name__, device, on_mig, gpu_instance)
+        method._nvml = meta  # type: ignore[attr-defined]
         return method
 
     return mark
@@ -210,7 +223,9 @@ class FakeNvml:
         ):
             raise pynvml.NVMLError_Uninitialized()
 
-    def _wrap(self, method: Callable, name: str, device: bool, on_mig: str) -> Callable:
+    def _wrap(
+        self, method: Callable, name: str, device: bool, on_mig: str, gpu_instance: bool
+    ) -> Callable:
         minimum = MIN_DRIVER_FOR.get(name)
 
         @functools.wraps(method)
@@ -225,11 +240,14 @@ class FakeNvml:
                 return method(*args, **kwargs)
             if not args:
                 raise pynvml.NVMLError_InvalidArgument()
-            gpu, instance = self._resolve(args[0])
+            if gpu_instance:
+                gpu, instance = self._resolve_gpu_instance(args[0])
+            else:
+                gpu, instance = self._resolve(args[0])
             self.faults.before_call(name, gpu.index)
             if gpu.lost:
                 raise pynvml.NVMLError_GpuIsLost()
-            if instance is not None and on_mig == "unsupported":
+            if instance is not None and on_mig == "unsupported" and not gpu_instance:
                 raise pynvml.NVMLError_NotSupported()
             if instance is None and on_mig == "only":
                 raise pynvml.NVMLError_InvalidArgument()
@@ -267,6 +285,32 @@ class FakeNvml:
         if slot >= len(gpu.mig_slots) or gpu.mig_slots[slot] is None or not gpu.mig_enabled:
             raise pynvml.NVMLError_InvalidArgument()
         return gpu, gpu.mig_slots[slot]
+
+    @staticmethod
+    def _gpu_instance_handle(gpu: int, gpu_instance_id: int) -> Any:
+        address = _GPU_INSTANCE_BASE + gpu * _GPU_INSTANCE_STRIDE + gpu_instance_id
+        return ctypes.cast(ctypes.c_void_p(address), pynvml.c_nvmlGpuInstance_t)
+
+    def _resolve_gpu_instance(self, handle: Any) -> tuple[SimGpu, SimMigInstance]:
+        try:
+            address = ctypes.cast(handle, ctypes.c_void_p).value or 0
+        except (TypeError, ctypes.ArgumentError):
+            raise pynvml.NVMLError_InvalidArgument() from None
+        gpu_index, gpu_instance_id = divmod(address - _GPU_INSTANCE_BASE, _GPU_INSTANCE_STRIDE)
+        if not 0 <= gpu_index < len(self.gpus):
+            raise pynvml.NVMLError_InvalidArgument()
+        gpu = self.gpus[gpu_index]
+        # A handle outlives its instance only as a dangling pointer: the instance was destroyed.
+        instance = self._live_gpu_instance(gpu, gpu_instance_id)
+        if instance is None:
+            raise pynvml.NVMLError_InvalidArgument()
+        return gpu, instance
+
+    @staticmethod
+    def _live_gpu_instance(gpu: SimGpu, gpu_instance_id: int) -> SimMigInstance | None:
+        if not gpu.mig_enabled:
+            return None
+        return next((m for m in gpu.live_instances() if m.gpu_instance_id == gpu_instance_id), None)
 
     # ---- Control API for tests and --simulate fault injection (not part of NVML) ----
 
@@ -922,10 +966,31 @@ class FakeNvml:
 
     @_api()
     def nvmlDeviceGetGpuInstanceById(self, gpu: SimGpu, instance: None, gi: int) -> Any:
-        raise pynvml.NVMLError_NoPermission()  # needs a privileged caller
+        if not self.fleet.nvml_privileged:
+            raise pynvml.NVMLError_NoPermission()
+        if not gpu.mig_enabled:
+            raise pynvml.NVMLError_NotSupported()
+        if self._live_gpu_instance(gpu, gi) is None:
+            raise pynvml.NVMLError_NotFound()
+        return self._gpu_instance_handle(gpu.index, gi)
+
+    @_api(gpu_instance=True)
+    def nvmlGpuInstanceGetInfo(self, gpu: SimGpu, instance: SimMigInstance) -> Any:
+        return pynvml.c_nvmlGpuInstanceInfo_t(
+            device=self._handle(gpu.index),
+            id=instance.gpu_instance_id,
+            profileId=instance.profile_id,  # the driver's id (19 for 1g), not the enum index
+            placement=pynvml.c_nvmlGpuInstancePlacement_t(
+                start=instance.placement_start, size=instance.placement_size
+            ),
+        )
 
     @_api()
     def nvmlDeviceGetGpuInstances(self, gpu: SimGpu, instance: None, *args: Any) -> Any:
+        # Not modelled for a privileged caller (nothing reads it): NOT_SUPPORTED, as for any
+        # unmodelled call.
+        if self.fleet.nvml_privileged:
+            raise pynvml.NVMLError_NotSupported()
         raise pynvml.NVMLError_NoPermission()
 
     @_api(on_mig="ok")

@@ -15,10 +15,13 @@ from exporter.simulator.gpu_models import MODELS, GpuModel, find_model
 from exporter.simulator.mig_layout import MigLayoutError, PlacedInstance, place
 
 WORKLOADS = ("training", "inference", "batch", "idle")
+ALLOCATIONS = ("device-plugin", "dra")
 VGPU_LICENSES = ("licensed", "unlicensed")
 MAX_GPUS = 64
 MAX_FILE_BYTES = 1 << 20
 SHOWN_KEY = 40
+FLEETS_FOLDER = "fleets"
+DEFAULT_FLEET = "default"
 _DRIVER_VERSION = re.compile(r"^\d{3}\.\d{1,3}(\.\d{1,3})?$")
 
 
@@ -35,6 +38,9 @@ class GpuSpec:
     mig: tuple[PlacedInstance, ...] | None
     # None: bare metal, no vGPU licensing. Else a vGPU guest whose licence is in this state.
     vgpu_license: str | None = None
+    # How the node's kubelet hands this GPU (or its MIG devices) to pods: NVIDIA's device plugin,
+    # or NVIDIA's DRA driver (gpu.nvidia.com).
+    allocation: str = "device-plugin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,15 +51,47 @@ class FleetSpec:
     call_latency_us: float
     pcie_window_ms: float
     gpus: tuple[GpuSpec, ...]
+    # NVML answers the calls it keeps for privileged callers (nvmlDeviceGetGpuInstanceById and
+    # nvmlGpuInstanceGetInfo: MIG placements), as for an exporter run as root with CAP_SYS_ADMIN.
+    nvml_privileged: bool = False
 
     @property
     def driver_major(self) -> int:
         return int(self.driver_version.split(".", 1)[0])
 
 
+def builtin_fleets() -> tuple[str, ...]:
+    """The names of the fleets shipped with the package, for `--simulate NAME`."""
+    folder = resources.files("exporter.simulator").joinpath(FLEETS_FOLDER)
+    return tuple(
+        sorted(entry.name[: -len(".yaml")] for entry in folder.iterdir() if _is_fleet(entry.name))
+    )
+
+
+def builtin_fleet(name: str) -> FleetSpec:
+    if name not in builtin_fleets():
+        raise FleetError(
+            f"unknown built-in fleet {small_yaml.shown(name)} "
+            f"(built-in: {', '.join(builtin_fleets())}); "
+            'a fleet file path needs a "/" or a .yaml suffix'
+        )
+    folder = resources.files("exporter.simulator").joinpath(FLEETS_FOLDER)
+    return parse_fleet(folder.joinpath(f"{name}.yaml").read_text(), f"built-in fleet {name}")
+
+
 def default_fleet() -> FleetSpec:
-    text = resources.files("exporter.simulator").joinpath("default_fleet.yaml").read_text()
-    return parse_fleet(text, "built-in default fleet")
+    return builtin_fleet(DEFAULT_FLEET)
+
+
+def resolve_fleet(name_or_path: str | None) -> FleetSpec:
+    """What `--simulate` names: nothing for the default node, a built-in fleet's bare name, or
+    a fleet file. A bare word is never read as a file, so a typo of a built-in name is not
+    looked for in the working directory."""
+    if not name_or_path:
+        return default_fleet()
+    if "/" in name_or_path or name_or_path.endswith((".yaml", ".yml")):
+        return load_fleet(name_or_path)
+    return builtin_fleet(name_or_path)
 
 
 def load_fleet(path: str | Path) -> FleetSpec:
@@ -110,7 +148,17 @@ class _Parser:
         if doc is None:
             raise FleetError(f"{self._source}: the file is empty")
         top = self._mapping(
-            doc, "(top level)", {"node_name", "driver_version", "seed", "latency", "gpus"}
+            doc,
+            "(top level)",
+            {
+                "node_name",
+                "driver_version",
+                "seed",
+                "latency",
+                "allocation",
+                "nvml_privileged",
+                "gpus",
+            },
         )
         node_name = top.get("node_name", "sim-gpu-node-0")
         if not isinstance(node_name, str) or not NODE_NAME.match(node_name):
@@ -129,20 +177,33 @@ class _Parser:
         pcie_ms = self._number(
             latency.get("pcie_window_ms", 20), "latency.pcie_window_ms", 0, 10_000
         )
+        allocation = self._allocation(top.get("allocation", "device-plugin"), "allocation")
+        privileged = top.get("nvml_privileged", False)
+        if not isinstance(privileged, bool):
+            raise self._fail("nvml_privileged", f"expected true or false, got {_kind(privileged)}")
         gpus_doc = top.get("gpus")
         if not isinstance(gpus_doc, list) or not gpus_doc:
             raise self._fail("gpus", f"expected a non-empty list, got {_kind(gpus_doc)}")
         gpus: list[GpuSpec] = []
         for i, entry in enumerate(gpus_doc):
-            spec, count = self._gpu(entry, f"gpus[{i}]", driver)
+            spec, count = self._gpu(entry, f"gpus[{i}]", driver, allocation)
             if len(gpus) + count > MAX_GPUS:
                 raise self._fail(f"gpus[{i}].count", f"the node would exceed {MAX_GPUS} GPUs")
             gpus.extend([spec] * count)
-        return FleetSpec(node_name, driver, seed, call_us, pcie_ms, tuple(gpus))
+        return FleetSpec(node_name, driver, seed, call_us, pcie_ms, tuple(gpus), privileged)
 
-    def _gpu(self, entry: Any, path: str, driver: str) -> tuple[GpuSpec, int]:
+    def _allocation(self, value: Any, path: str) -> str:
+        if value not in ALLOCATIONS:
+            raise self._fail(
+                path, f"{small_yaml.shown(value)} is not one of {', '.join(ALLOCATIONS)}"
+            )
+        return str(value)
+
+    def _gpu(self, entry: Any, path: str, driver: str, node_allocation: str) -> tuple[GpuSpec, int]:
         gpu = self._mapping(
-            entry, path, {"model", "count", "workload", "ecc", "mig", "vgpu_license"}
+            entry,
+            path,
+            {"model", "count", "workload", "ecc", "mig", "vgpu_license", "allocation"},
         )
         model_name = gpu.get("model")
         model = find_model(model_name) if isinstance(model_name, str) else None
@@ -167,6 +228,7 @@ class _Parser:
                 f"{path}.vgpu_license",
                 f"{small_yaml.shown(vgpu_license)} is not one of {', '.join(VGPU_LICENSES)}",
             )
+        allocation = self._allocation(gpu.get("allocation", node_allocation), f"{path}.allocation")
         mig = gpu.get("mig")
         placed: tuple[PlacedInstance, ...] | None = None
         if mig is not None:
@@ -196,7 +258,11 @@ class _Parser:
                 if suffix:
                     raise self._fail(f"{path}.mig{suffix[0]}", suffix[1].strip()) from None
                 raise self._fail(f"{path}.mig", message) from None
-        return GpuSpec(model, workload, ecc, placed, vgpu_license), count
+        return GpuSpec(model, workload, ecc, placed, vgpu_license, allocation), count
+
+
+def _is_fleet(file_name: str) -> bool:
+    return file_name.endswith(".yaml") and not file_name.startswith(".")
 
 
 def _kind(value: Any) -> str:

@@ -54,6 +54,9 @@ class SimMigInstance:
     compute_slices: int
     uuid: str
     key: int
+    # Where the instance sits on the eight memory slices, as nvmlGpuInstanceGetInfo reports it.
+    placement_start: int
+    placement_size: int
 
 
 @dataclass
@@ -94,6 +97,8 @@ class SimGpu:
                     compute_slices=placed.profile.compute_slices,
                     uuid=f"MIG-{stable_uuid(seed, 'mig', index, placed.gpu_instance_id)}",
                     key=self.key * 31 + placed.gpu_instance_id,
+                    placement_start=placed.start,
+                    placement_size=placed.profile.placement_size,
                 )
             )
         self.workload = spec.workload

@@ -42,6 +42,7 @@ def started_stack(
     ksm: FakeKubeStateMetrics,
     companion_exporters: list[CompanionExporter] | None = None,
     extra_rules: dict[str, str] | None = None,
+    exporter_args: tuple[str, ...] = (),
 ) -> Iterator[LocalStack]:
     """A stack on `config` (with the test-only overrides), its exporter on the same profile,
     scraping `ksm` as kube-state-metrics; yielded once every target has been scraped."""
@@ -57,6 +58,7 @@ def started_stack(
         extra_jobs=[job],
         companions=companion_exporters or (),
         extra_rules=extra_rules,
+        exporter_args=exporter_args,
     )
     with local:
         local.wait_for_scrapes()

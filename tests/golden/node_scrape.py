@@ -29,6 +29,7 @@ from exporter.dcgm_compat import DEFAULT_VERSION, PROFILES, DcgmVersion, Profile
 from exporter.poller import Poller
 from exporter.server import build_app
 from exporter.simulator.fake_kubelet import FakeKubelet
+from exporter.simulator.resource_slices import resource_slices
 from tests.fake_kube_api import FakeKubeApi
 
 GOLDEN_DIR = Path(__file__).resolve().parent
@@ -50,6 +51,8 @@ class Golden:
     kubernetes: bool = False
     # The --compat.dcgm-exporter release the scrape imitates.
     dcgm: DcgmVersion = DEFAULT_VERSION
+    # A built-in fleet other than the default node.
+    fleet: str = ""
 
     @property
     def path(self) -> Path:
@@ -75,6 +78,8 @@ GOLDENS: tuple[Golden, ...] = (
         ),
         kubernetes=True,
     ),
+    # NVIDIA's DRA driver hands out the GPUs; the fake API serves its ResourceSlices.
+    Golden("dra_node.prom", ("--kubernetes",), kubernetes=True, fleet="dra"),
 )
 
 
@@ -87,11 +92,14 @@ def scrape(golden: Golden) -> str:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="golden-")))
             api = stack.enter_context(_fake_api())
             flags.append(f"--kubernetes.kubeconfig={_kubeconfig(tmp, api.host)}")
-        config = parse_config(["--simulate", *flags], environ={})
+        simulate = ["--simulate", golden.fleet] if golden.fleet else ["--simulate"]
+        config = parse_config([*simulate, *flags], environ={})
         nvml, kubelet, config = stack.enter_context(simulated_node(config))
         config = with_node_name(config, nvml.fleet.node_name)
         if api is not None:
             _publish_cluster_state(api, kubelet, config.labels.node_name)
+            for obj in resource_slices(nvml):
+                api.put_slice(obj)
         return _scrape_wired(config)
 
 
@@ -105,7 +113,14 @@ def _scrape_wired(config: Config) -> str:
                 source.start()
         _wait_until(lambda: pods is None or pods.status.up, "the fake kubelet answered")
         _wait_until(
-            lambda: kube is None or (kube.view().pods_synced and kube.view().node_synced),
+            lambda: (
+                kube is None
+                or (
+                    kube.view().pods_synced
+                    and kube.view().node_synced
+                    and kube.view().slices_synced is not False
+                )
+            ),
             "the Kubernetes watches synced",
         )
         poller.sweep()

@@ -1,0 +1,172 @@
+"""The watch of this node's ResourceSlices: which NVIDIA GPU DRA devices the node offers.
+
+It follows the pods' and node's list-then-watch protocol, in the same retry loop, always with
+`fieldSelector=spec.nodeName=<node>`: other nodes' slices are none of this exporter's business,
+and a DaemonSet listing them cluster-wide multiplies the API server's work by the node count.
+
+resource.k8s.io/v1 is served from Kubernetes 1.34; 1.32 and 1.33 serve v1beta1, which is tried
+when v1 answers 404. A cluster serving neither has no DRA at all: that is no error, and asking
+again every few seconds would only load the API server, so the watch says so once and checks
+again after `recheck_seconds` (ten minutes in production).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from exporter.background import BackgroundThread
+from exporter.kubernetes.resource_slices import (
+    MAX_SLICES_PER_NODE,
+    ParsedSlice,
+    SliceDevice,
+    object_name,
+    offered_devices,
+    parse_resource_slice,
+)
+from exporter.podresources.dra_devices import NVIDIA_GPU_DRIVER
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from exporter.kubernetes.watcher import KubernetesWatcher
+
+log = logging.getLogger(__name__)
+
+_NOT_FOUND = 404
+# Newest first; the first one the server answers is asked first from then on.
+API_VERSIONS = ("v1", "v1beta2", "v1beta1")
+NO_DRA_RECHECK_SECONDS = 600.0
+
+
+class SliceStore:
+    """This node's NVIDIA GPU driver slices by object name, as list and watch events leave them."""
+
+    def __init__(self) -> None:
+        self.slices: dict[str, ParsedSlice] = {}
+        # Slices left out because the store was full. One refused stays out until the next
+        # relist, even if room is made meanwhile: a node with that many is broken anyway.
+        self.refused = 0
+
+    def apply(self, kind: str, obj: object) -> None:
+        name = object_name(obj)
+        if name is None:
+            return
+        parsed = None if kind == "DELETED" else parse_resource_slice(obj)
+        # A slice that turned malformed or foreign is dropped, not kept in its last good state.
+        if parsed is None or parsed.driver != NVIDIA_GPU_DRIVER:
+            self.slices.pop(name, None)
+            return
+        if name not in self.slices and len(self.slices) >= MAX_SLICES_PER_NODE:
+            self.refused += 1
+            return
+        self.slices[name] = parsed
+
+    def offered(self) -> Mapping[tuple[str, str], SliceDevice]:
+        return offered_devices(self.slices.values())
+
+
+class SliceWatchThread(BackgroundThread):
+    """The ResourceSlice watch, in a supervised thread of its own, stopped with the others."""
+
+    thread_name = "kubernetes-resourceslices"
+
+    def __init__(self, owner: KubernetesWatcher, recheck_seconds: float) -> None:
+        super().__init__()
+        self._stop = owner._stop
+        self._owner = owner
+        self._recheck = recheck_seconds
+        self._preferred = API_VERSIONS[0]
+        self._apis: dict[str, Any] = {}
+        self._said_no_dra = False
+        self._said_full = False
+
+    def _run(self) -> None:
+        self._owner._watch_forever(self._round, "slices_synced")
+
+    def _on_crash(self) -> None:
+        self._owner._update(slices_synced=False)
+
+    def _api(self, version: str) -> Any:
+        import kubernetes
+
+        if version not in self._apis:
+            kind = {
+                "v1": kubernetes.client.ResourceV1Api,
+                "v1beta2": kubernetes.client.ResourceV1beta2Api,
+                "v1beta1": kubernetes.client.ResourceV1beta1Api,
+            }[version]
+            self._apis[version] = kind(self._owner._api_client())
+        return self._apis[version]
+
+    def _list_served(self, selector: str) -> tuple[Callable[..., Any], list[Any], str] | None:
+        """The list call of the first API version the server serves, its items and version;
+        None when it serves none of them."""
+        import kubernetes
+
+        order = [self._preferred, *(v for v in API_VERSIONS if v != self._preferred)]
+        for version in order:
+            call = self._api(version).list_resource_slice
+            try:
+                items, resource_version = self._owner._list(call, selector)
+            except kubernetes.client.ApiException as exc:
+                if exc.status == _NOT_FOUND:
+                    continue
+                raise
+            if version != self._preferred or self._said_no_dra:
+                log.info("watching ResourceSlices through resource.k8s.io/%s", version)
+            self._preferred = version
+            self._said_no_dra = False
+            return call, items, resource_version
+        return None
+
+    def _no_dra(self) -> None:
+        if not self._said_no_dra:
+            log.info(
+                "the API server serves no ResourceSlices (resource.k8s.io %s): no DRA on this "
+                "cluster; asking again every %.0f s",
+                " nor ".join(API_VERSIONS),
+                self._recheck,
+            )
+            self._said_no_dra = True
+        # None, as with the watch off: there is nothing to watch, and nothing has failed.
+        self._owner._update(resource_slices=MappingProxyType({}), slices_synced=None)
+        # Not a failure: the thread is doing what it should.
+        self._progressed()
+        self._stop.wait(self._recheck)
+
+    def _publish(self, store: SliceStore) -> None:
+        if store.refused and not self._said_full:
+            log.warning(
+                "this node has more than %d ResourceSlices of %s; the others are ignored",
+                MAX_SLICES_PER_NODE,
+                NVIDIA_GPU_DRIVER,
+            )
+            self._said_full = True
+        self._owner._update(
+            resource_slices=store.offered(), slices_synced=True, slices_updated_at=time.time()
+        )
+
+    def _round(self) -> None:
+        selector = f"spec.nodeName={self._owner._node}"
+        served = self._list_served(selector)
+        if served is None:
+            self._no_dra()
+            return
+        call, items, version = served
+        store = SliceStore()
+        for obj in items if isinstance(items, list) else ():
+            store.apply("ADDED", obj)
+        self._publish(store)
+        self._progressed()
+
+        def on_event(kind: str, obj: dict) -> None:
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                store.apply(kind, obj)
+                self._publish(store)
+            else:
+                self._owner._update(slices_synced=True, slices_updated_at=time.time())
+
+        self._owner._watch(call, selector, version, on_event)

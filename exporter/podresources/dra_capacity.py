@@ -1,0 +1,63 @@
+"""What DRA adds to the node's GPU capacity figures: devices NVIDIA's GPU driver has handed out,
+devices it offers, and how many of them each physical GPU backs.
+
+Offers come only from the ResourceSlice watch; the kubelet's GetAllocatableResources lists
+device-plugin devices alone. Without the watch, a GPU held through DRA still counts as offered
+(it was, to be allocated), but a free one cannot be told from a GPU nobody offers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from exporter.kubernetes.resource_slices import SliceDevice
+from exporter.podresources.attribution import Attribution
+from exporter.podresources.dra_devices import NVIDIA_GPU_DRIVER, parse_dra_device_name
+from exporter.podresources.dra_resolve import DraIndex, SliceMap, dra_resource
+
+
+def dra_allocated(attribution: Attribution) -> Counter[str]:
+    """resource -> NVIDIA GPU DRA devices in use; a device several claims share counts once."""
+    return Counter(device.resource for device in attribution.dra_in_use)
+
+
+def dra_allocatable(slices: SliceMap) -> Counter[str]:
+    """resource -> devices this node's ResourceSlices offer, tainted ones left out."""
+    return Counter(
+        dra_resource(NVIDIA_GPU_DRIVER, None, device)
+        for device in slices.values()
+        if device.type in ("gpu", "mig") and not device.tainted
+    )
+
+
+def _offering_gpu(device: SliceDevice, index: DraIndex) -> str | None:
+    """The physical GPU an offered device lives on, whether or not its MIG instance exists yet."""
+    if device.type == "gpu" and device.uuid in index.by_uuid:
+        return device.uuid
+    if device.type == "mig":
+        if device.parent_uuid in index.by_uuid:
+            return device.parent_uuid
+        found = index.mig_by_uuid.get(device.uuid) if device.uuid else None
+        if found is not None:
+            return found[0].identity.uuid
+    name = parse_dra_device_name(device.name)
+    gpu = None if name is None else index.by_minor.get(name.minor)
+    return None if gpu is None else gpu.identity.uuid
+
+
+def dra_units(index: DraIndex, attribution: Attribution, slices_synced: bool) -> Counter[str]:
+    """GPU UUID -> DRA devices offered on it: from the slices when the watch is synced (an
+    untainted device), else the devices held on it."""
+    units: Counter[str] = Counter()
+    if slices_synced:
+        for device in index.slices.values():
+            if device.tainted:
+                continue  # the driver's health check marked it: not offered
+            gpu = _offering_gpu(device, index)
+            if gpu is not None:
+                units[gpu] += 1
+        return units
+    for device in attribution.dra_in_use:
+        if device.key is not None:
+            units[device.key[0]] += 1
+    return units
