@@ -37,6 +37,11 @@ PENDING = "namespace_resource:kube_pod_container_resource_requests_gpu_pending:s
 # local stack's) does not rename the series the committed dashboards read.
 DEVICE_BUSY_AVG = "pod_device:DCGM_FI_DEV_GPU_UTIL:avg_over_window"
 DEVICE_BUSY_MAX = "pod_device:DCGM_FI_DEV_GPU_UTIL:max_over_window"
+# What each namespace's processes use of the GPUs (process accounting, `--collector.processes`):
+# device memory in bytes, and SM utilization as a number of fully busy GPUs (a sum of 0-1 ratios;
+# MIG instances have none). The basis of usage-weighted chargeback.
+NS_POD_MEMORY = "namespace:kube_gpu_exporter_pod_gpu_memory_used_bytes:sum"
+NS_POD_SM = "namespace:kube_gpu_exporter_pod_gpu_sm_utilization_ratio:sum"
 
 
 def cluster_total(record: str, *keep: str) -> str:
@@ -144,6 +149,15 @@ def usage_group(config: BundleConfig) -> Group:
         f'resource=~"{config.resources.gpu_ksm_regex}"',
     )
     pending = q.ksm("kube_pod_status_phase", 'phase="Pending"')
+
+    def pod_usage(metric: str) -> str:
+        # The unattributed series (empty pod) is nobody's to pay for. `max by` one container's
+        # series on one device: while a replaced exporter pod's last scrape is still fresh, the
+        # old and the new instance report the same process twice.
+        container = (host, "gpu", "UUID", "GPU_I_ID", ns, pod, "container")
+        attributed = q.exporter(metric, f'{pod}!=""')
+        return f"sum {q.by(ns)} (max {q.by(*container)} ({attributed}))"
+
     return Group(
         "kube-gpu-exporter-usage.rules",
         (
@@ -175,6 +189,8 @@ def usage_group(config: BundleConfig) -> Group:
                 f"group_left ({', '.join(owner)}) group {q.by(host, 'UUID', ns, pod, *owner)} "
                 f"({allocation}))",
             ),
+            Record(NS_POD_MEMORY, pod_usage("kube_gpu_exporter_pod_gpu_memory_used_bytes")),
+            Record(NS_POD_SM, pod_usage("kube_gpu_exporter_pod_gpu_sm_utilization_ratio")),
             # Requests of Pending pods; max by dedupes two kube-state-metrics replicas.
             Record(
                 PENDING,

@@ -19,7 +19,13 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import exporter_report, exporter_side, prometheus_report, prometheus_side
+from benchmarks import (
+    exporter_report,
+    exporter_side,
+    process_accounting,
+    prometheus_report,
+    prometheus_side,
+)
 from benchmarks.cluster.synthetic import CLUSTER, NodeGroup, Scale
 
 QUICK_CLUSTER = tuple(NodeGroup(g.fleet, max(1, g.count // 20)) for g in CLUSTER)
@@ -82,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
         results = exporter_side.run(settings, progress)
         sections.append(exporter_report.render(results))
+        progress("process accounting rounds")
+        sections += ["", "### Process accounting", "", process_accounting.summary() + ".", ""]
     if args.part in ("all", "prometheus"):
         scale = Scale(cluster=QUICK_CLUSTER) if args.quick else Scale()
         result = prometheus_side.run(scale, progress, workdir_parent=args.workdir)

@@ -7,6 +7,8 @@ an overlay that turns Kubernetes API enrichment on, and a component for a runtim
                                               resourceslices get/list/watch)
     deploy/components/nvidia-runtime-class/   runtimeClassName for clusters without a default
                                               NVIDIA runtime
+    deploy/components/process-accounting/     hostPID, the host's /var/log read-only, and
+                                              --collector.processes: per-pod use of shared GPUs
 
 Why each security setting is what it is: README "Deploy on Kubernetes".
 """
@@ -245,6 +247,51 @@ def runtime_class_patch(config: BundleConfig) -> list[dict[str, Any]]:
     ]
 
 
+# Process accounting (docs/process-accounting.md, 'Deploying process accounting') maps the PIDs
+# NVML reports, which are the host's, to containers through /proc/<pid>/cgroup, and names the
+# containers from the kubelet's log files. That needs two things the base refuses, so they live
+# in an opt-in component:
+# - hostPID: the pod sees every process of the node. The exporter runs as root (uid 0, for the
+#   kubelet's socket) with every capability dropped. That keeps it from tracing other processes
+#   or reading their memory, environment or root file system (the kernel wants the caller's
+#   capabilities to cover the target's), but not from signalling another uid-0 process, which
+#   the kernel allows on the uid alone: the kubelet and the container runtime included, unless
+#   an AppArmor profile (the runtime's default one) confines signals to other containers. Every
+#   process's command line becomes readable too. The exporter does neither; a compromised one
+#   could.
+# - the host's /var/log, read-only, at the same path (the default --processes.log-root): the
+#   exporter lists the names under /var/log/containers and /var/log/pods and reads no file, but
+#   the mount exposes every container's logs and the node's own logs to the pod.
+PROCESS_LOG_DIR = "/var/log"
+PROCESS_LOG_VOLUME = "host-var-log"
+
+
+def process_accounting_patch() -> list[dict[str, Any]]:
+    """A JSON 6902 patch of the DaemonSet: host PID namespace, /var/log read-only, the flag."""
+    spec = "/spec/template/spec"
+    return [
+        {"op": "add", "path": f"{spec}/hostPID", "value": True},
+        {
+            "op": "add",
+            "path": f"{spec}/volumes/-",
+            "value": {
+                "name": PROCESS_LOG_VOLUME,
+                "hostPath": {"path": PROCESS_LOG_DIR, "type": "Directory"},
+            },
+        },
+        {
+            "op": "add",
+            "path": f"{spec}/containers/0/volumeMounts/-",
+            "value": {
+                "name": PROCESS_LOG_VOLUME,
+                "mountPath": PROCESS_LOG_DIR,
+                "readOnly": True,
+            },
+        },
+        {"op": "add", "path": f"{spec}/containers/0/args/-", "value": "--collector.processes"},
+    ]
+
+
 def _documents(*docs: dict[str, Any]) -> str:
     return "".join(
         dump(doc, SOURCE) if i == 0 else "---\n" + dump(doc, SOURCE).split("\n", 1)[1]
@@ -301,6 +348,16 @@ def manifest_files(
             "apiVersion": "kustomize.config.k8s.io/v1alpha1",
             "kind": "Component",
             "patches": [{"path": "runtime-class.yaml", "target": _target()}],
+        },
+        SOURCE,
+    )
+    component = "deploy/components/process-accounting"
+    files[f"{component}/process-accounting.yaml"] = dump(process_accounting_patch(), SOURCE)
+    files[f"{component}/kustomization.yaml"] = dump(
+        {
+            "apiVersion": "kustomize.config.k8s.io/v1alpha1",
+            "kind": "Component",
+            "patches": [{"path": "process-accounting.yaml", "target": _target()}],
         },
         SOURCE,
     )

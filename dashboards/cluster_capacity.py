@@ -22,6 +22,8 @@ from dashboards.panels import (
 
 TITLE = "Cluster Capacity"
 FILE = "gpu-cluster-capacity"
+GIB = 2**30
+GIB_HOURS = "GPU-memory GiB-hours"
 
 
 def cells(config: BundleConfig) -> list[Cell]:
@@ -329,6 +331,34 @@ def cells(config: BundleConfig) -> list[Cell]:
             labels={q.namespace: "Namespace", "resource": "Resource"},
             sort_by="Device-hours",
             descending=True,
+        ),
+        table(
+            "Usage-weighted GPU-hours by namespace",
+            "What each namespace's processes used over the dashboard's time range, beside the "
+            "device-hours it held: SM-hours (one GPU's SMs fully busy for one hour; whole GPUs "
+            "only, NVML has no per-process utilization on MIG) and GPU-memory GiB-hours (device "
+            "memory its processes held, MIG instances included). From process accounting "
+            "(--collector.processes); processes no pod holding the device accounts for, and "
+            "driver overhead, are charged to nobody, so the totals stay below the devices'.",
+            "h",
+            [
+                TableQuery(
+                    "SM-hours",
+                    f"sum by ({q.namespace}) (avg_over_time("
+                    f"{q.recorded(r.NS_POD_SM, ns_filter)}[$__range])) * {gpu_hours}",
+                ),
+                TableQuery(
+                    GIB_HOURS,
+                    f"sum by ({q.namespace}) (avg_over_time("
+                    f"{q.recorded(r.NS_POD_MEMORY, ns_filter)}[$__range])) "
+                    f"/ {GIB} * {gpu_hours}",
+                ),
+            ],
+            labels={q.namespace: "Namespace"},
+            sort_by="SM-hours",
+            descending=True,
+            # Grafana has no unit for a quantity times a duration.
+            column_units={GIB_HOURS: "none"},
         ),
         timeseries(
             "Idle allocated GPUs per namespace",

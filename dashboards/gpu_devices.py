@@ -7,7 +7,7 @@ watts, B/s), and utilization panels show percent or a ratio as the profile publi
 from __future__ import annotations
 
 from bundle.config import BundleConfig
-from bundle.dcgm_units import plain
+from bundle.dcgm_units import plain, scaled, unit_factor
 from bundle.promql import QueryBuilder
 from dashboards import variables
 from dashboards.panels import (
@@ -24,6 +24,8 @@ from dashboards.panels import (
 TITLE = "Devices"
 FILE = "gpu-devices"
 DEVICE_LEGEND = "GPU {{gpu}}{{GPU_I_PROFILE}} {{GPU_I_ID}}"
+# The per-pod series of processes no pod holding the device accounts for carry an empty pod.
+UNATTRIBUTED = "unattributed"
 
 
 def cells(config: BundleConfig) -> list[Cell]:
@@ -174,6 +176,7 @@ def cells(config: BundleConfig) -> list[Cell]:
             ],
             max_value=full,
         ),
+        *per_pod_use(config),
         row("Profiling (NVML GPM, Hopper and newer)"),
         timeseries(
             "Engine and SM activity",
@@ -389,6 +392,105 @@ def cells(config: BundleConfig) -> list[Cell]:
                     "{{instance}}",
                 )
             ],
+        ),
+    ]
+
+
+def per_pod_use(config: BundleConfig) -> list[Cell]:
+    """Each container's share of the selected GPUs from process accounting, stacked under the
+    devices' own figures. The series of processes no pod holding the device accounts for (empty
+    pod) is drawn too, as "unattributed": without it the stack would look short for no reason."""
+    q = QueryBuilder(config, dashboard=True)
+    d = q.device
+    ns, pod = q.namespace, q.pod
+    per_container = f"gpu, GPU_I_PROFILE, GPU_I_ID, {ns}, {pod}, container"
+    memory = d("kube_gpu_exporter_pod_gpu_memory_used_bytes")
+    sm = d("kube_gpu_exporter_pod_gpu_sm_utilization_ratio")
+    processes = d("kube_gpu_exporter_pod_gpu_processes")
+
+    def by_user(expr: str) -> str:
+        # `max by`: a replaced exporter pod's last scrape can overlap the new one's.
+        joined = (
+            f'label_join(max by ({per_container}) ({expr}), "user", "/", "{ns}", "{pod}", '
+            '"container")'
+        )
+        return f'label_replace({joined}, "user", "{UNATTRIBUTED}", "user", "//")'
+
+    def by_row(expr: str) -> str:
+        grouped = f"max by ({per_container}) ({expr})"
+        return f'label_replace({grouped}, "{pod}", "{UNATTRIBUTED}", "{pod}", "")'
+
+    # The devices' totals once each: shared devices may carry one copy of a DCGM series per pod
+    # (--attribution.shared-devices=per-pod). MIG instances have FB_USED series of their own and
+    # their parent none, so summing does not count memory twice.
+    device_memory, memory_unit = q.display(
+        "DCGM_FI_DEV_FB_USED", f"sum(max by (gpu, GPU_I_ID) ({d('DCGM_FI_DEV_FB_USED')}))"
+    )
+    device_util = scaled(
+        f"sum(max by (gpu) ({d('DCGM_FI_DEV_GPU_UTIL')}))",
+        unit_factor("%", q.utilization_unit, "ratio"),
+    )
+    legend = DEVICE_LEGEND + " {{user}}"
+    source = (
+        "From NVML's per-process accounting mapped to containers through /proc "
+        "(--collector.processes); processes of pods that do not hold the device, of the host, "
+        f"or in another PID namespace are {UNATTRIBUTED}. "
+    )
+    # dcgm-exporter's virtual-GPU mode replaces the device's figures on the per-pod copies.
+    own_use_caveat = (
+        " With --attribution.per-pod-usage the DCGM series carry each pod's own use instead, "
+        "so the dashed line then shows the largest pod's."
+    )
+    return [
+        row("Per-pod use (process accounting)"),
+        timeseries(
+            "GPU memory per pod",
+            source + "Stacked per container, against the device memory used on the selected "
+            "GPUs (dashed): the gap is memory no process holds, the driver's own. Select one GPU "
+            "to read a shared GPU's split." + own_use_caveat,
+            memory_unit,
+            [
+                target(by_user(memory), legend),
+                target(device_memory, "device memory used, selected GPUs"),
+            ],
+            stack=True,
+            totals=(1,),
+        ),
+        timeseries(
+            "SM utilization per pod",
+            source + "Stacked per container, against the utilization of the selected whole GPUs "
+            "(dashed); NVML samples processes and devices separately, so the two need not "
+            "match exactly. NVML has no per-process utilization on MIG instances." + own_use_caveat,
+            "percentunit",
+            [
+                target(by_user(sm), legend),
+                target(device_util, "device utilization, selected GPUs"),
+            ],
+            stack=True,
+            totals=(1,),
+        ),
+        table(
+            "Per-pod use now",
+            source + "One row per container and device: its processes, the device memory they "
+            "hold, and their SM utilization (whole GPUs only).",
+            "bytes",
+            [
+                TableQuery("Processes", by_row(processes)),
+                TableQuery("Memory", by_row(memory)),
+                TableQuery("SM utilization", by_row(sm)),
+            ],
+            labels={
+                "gpu": "GPU",
+                "GPU_I_PROFILE": "MIG profile",
+                "GPU_I_ID": "Instance",
+                ns: "Namespace",
+                pod: "Pod",
+                "container": "Container",
+            },
+            sort_by="Memory",
+            descending=True,
+            column_units={"Processes": "none", "SM utilization": "percentunit"},
+            width=24,
         ),
     ]
 

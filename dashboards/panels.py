@@ -72,10 +72,13 @@ def timeseries(
     targets: list[g.Target],
     *,
     stack: bool = False,
+    totals: tuple[int, ...] = (),
     max_value: float | None = None,
     width: int = 12,
     height: int = 8,
 ) -> Cell:
+    """`totals`: indexes of targets drawn as dashed lines outside the stack, so a stack of parts
+    can be read against the whole it must not exceed."""
     panel = g.TimeSeries(
         title=title,
         description=description,
@@ -90,12 +93,24 @@ def timeseries(
         tooltipMode="multi",
         tooltipSort="desc",
         valueMin=0,
+        overrides=[_unstacked(ref_id(index)) for index in totals],
         # TimeSeries validates valueMax as int; a 0-1 ratio's max goes through extraJson.
         extraJson=(
             {"fieldConfig": {"defaults": {"max": max_value}}} if max_value is not None else None
         ),
     )
     return Cell(panel, width, height)
+
+
+def _unstacked(ref: str) -> dict[str, Any]:
+    return {
+        "matcher": {"id": "byFrameRefID", "options": ref},
+        "properties": [
+            {"id": "custom.stacking", "value": {"mode": "none", "group": "A"}},
+            {"id": "custom.fillOpacity", "value": 0},
+            {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+        ],
+    }
 
 
 def stat(
@@ -132,12 +147,14 @@ def table(
     hide: tuple[str, ...] = (),
     sort_by: str | None = None,
     descending: bool = False,
+    column_units: dict[str, str] | None = None,
     width: int = 12,
     height: int = 8,
 ) -> Cell:
     """An instant-query table: the queries are merged into one row per label set. Value columns
     take their headers from `queries`, so a header moves with its query when queries are
-    reordered; `labels` renames label columns and `hide` drops them."""
+    reordered; `labels` renames label columns and `hide` drops them. `column_units` gives a
+    value column (by header) a unit other than the table's."""
     fields = [_value_field(index, len(queries)) for index in range(len(queries))]
     headers = {field: query.header for field, query in zip(fields, queries, strict=True)}
     rename = {
@@ -146,6 +163,9 @@ def table(
     }
     if sort_by is not None and sort_by not in rename.values():
         raise ValueError(f"table {title!r}: sort_by {sort_by!r} is not one of its column headers")
+    for header in column_units or {}:
+        if header not in headers.values():
+            raise ValueError(f"table {title!r}: column_units names no value column {header!r}")
     hidden = (*hide, *(field for field, header in headers.items() if header is None))
     transformations: list[dict[str, Any]] = [{"id": "merge", "options": {}}]
     transformations.append(
@@ -166,6 +186,13 @@ def table(
         filterable=True,
         transformations=transformations,
         sortBy=[g.TableSortByField(displayName=sort_by, desc=descending)] if sort_by else [],
+        overrides=[
+            {
+                "matcher": {"id": "byName", "options": header},
+                "properties": [{"id": "unit", "value": column_unit}],
+            }
+            for header, column_unit in (column_units or {}).items()
+        ],
     )
     return Cell(panel, width, height)
 

@@ -47,6 +47,8 @@ def simulated_node(config: Config) -> Iterator[tuple[Any, Any, Config]]:
     from exporter.simulator.fake_kubelet import FakeKubelet
     from exporter.simulator.fake_nvml import FakeNvml
     from exporter.simulator.fleet import FleetError, resolve_fleet
+    from exporter.simulator.host_tree import HostTree
+    from exporter.simulator.processes import ProcessTable
 
     try:
         fleet = resolve_fleet(config.fleet_file)
@@ -63,8 +65,16 @@ def simulated_node(config: Config) -> Iterator[tuple[Any, Any, Config]]:
         kubelet = FakeKubelet(nvml, Path(tmp) / "kubelet.sock").start()
         log.info("fake kubelet pod-resources socket at %s", kubelet.socket_path)
         attribution = replace(config.attribution, socket_path=str(kubelet.socket_path))
+        collection = config.collection
+        if collection.processes_enabled:
+            # The pods' processes, and the host's /proc and /var/log as the node would show them.
+            nvml.processes = ProcessTable(nvml, kubelet)
+            tree = HostTree(nvml.processes, Path(tmp) / "host").refresh()
+            collection = replace(
+                collection, proc_root=str(tree.proc_root), log_root=str(tree.log_root)
+            )
         try:
-            yield nvml, kubelet, replace(config, attribution=attribution)
+            yield nvml, kubelet, replace(config, attribution=attribution, collection=collection)
         finally:
             kubelet.stop()
             nvml.uninstall()

@@ -185,6 +185,28 @@ def build_parser() -> argparse.ArgumentParser:
         "GPUs that support it (Hopper and newer; others are skipped). Default on.",
     )
     add(
+        "--collector.processes",
+        dest="processes",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Per-pod GPU memory and SM use on shared GPUs, from NVML's process accounting mapped "
+        "to containers through /proc/<pid>/cgroup and the kubelet's log files. Needs the host's "
+        "PID namespace (hostPID) or a host /proc at --processes.proc-root, and the host's "
+        "/var/log read-only. Default off; on under --simulate.",
+    )
+    add(
+        "--processes.proc-root",
+        dest="proc_root",
+        default="/proc",
+        help="Where the host's /proc is (default /proc, right with hostPID).",
+    )
+    add(
+        "--processes.log-root",
+        dest="log_root",
+        default="/var/log",
+        help="Where the host's /var/log is mounted, read-only (default /var/log).",
+    )
+    add(
         "--collector.mig-refresh-interval",
         dest="mig_refresh",
         type=_positive("interval", 1, 86400),
@@ -267,6 +289,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="Series of a device several containers share: no pod labels "
         "(none, default) or one copy per pod (per-pod). kube_gpu_exporter_pod_device_allocation "
         "lists every holder either way.",
+    )
+    add(
+        "--attribution.per-pod-usage",
+        dest="per_pod_usage",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="With --attribution.shared-devices=per-pod and --collector.processes, each pod's copy "
+        "of DCGM_FI_DEV_GPU_UTIL and DCGM_FI_DEV_FB_USED carries that pod's own use, as "
+        "dcgm-exporter's --kubernetes-virtual-gpus does. Sums over the copies miss unattributed "
+        "processes and driver overhead (default off).",
     )
     add(
         "--kubernetes",
@@ -422,10 +454,13 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
     if node_name and not NODE_NAME.match(node_name):
         source = "argument --node-name" if args.node_name else "environment variable NODE_NAME"
         raise UsageError(f"{source}: {node_name[:80]!r} is not a valid Kubernetes node name")
-    if not os.path.isabs(args.podresources_socket):
-        raise UsageError(
-            f"argument --podresources.socket: {args.podresources_socket!r} is not an absolute path"
-        )
+    for flag, path in (
+        ("--podresources.socket", args.podresources_socket),
+        ("--processes.proc-root", args.proc_root),
+        ("--processes.log-root", args.log_root),
+    ):
+        if not os.path.isabs(path):
+            raise UsageError(f"argument {flag}: {path[:80]!r} is not an absolute path")
     extra_resources = frozenset(r.strip() for r in args.extra_resources.split(",") if r.strip())
     for name in sorted(extra_resources):
         if not RESOURCE_NAME.match(name):
@@ -468,6 +503,9 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
         xid_enabled=args.xid,
         gpm_enabled=args.gpm,
         mig_refresh_seconds=args.mig_refresh,
+        processes_enabled=args.simulate is not None if args.processes is None else args.processes,
+        proc_root=args.proc_root,
+        log_root=args.log_root,
     )
     security = None
     if args.web_config_file:
@@ -492,6 +530,7 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
         node_name=node_name,
         driver_version_label="" if driver_label == "none" else driver_label,
         shared_device_series=args.shared_devices,
+        per_pod_usage=args.per_pod_usage,
         dcgm=dcgm,
         pod_uid_on_series=args.pod_uid_on_series,
         pod_labels_on_series=args.pod_labels_on_series,

@@ -50,6 +50,11 @@ class CollectionConfig:
     mig_refresh_seconds: float = 60.0
     # NVML GPM profiling metrics (DCGM_FI_PROF_*) on GPUs that support it (Hopper and newer).
     gpm_enabled: bool = True
+    # Per-process GPU memory and SM use, mapped to containers through the host's /proc (needs
+    # hostPID or a host /proc at proc_root) and named from the kubelet's logs under log_root.
+    processes_enabled: bool = False
+    proc_root: str = "/proc"
+    log_root: str = "/var/log"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +75,11 @@ class LabelConfig:
     # the Kubernetes API (--kubernetes).
     pod_uid_on_series: bool = False
     pod_labels_on_series: bool = False
+    # With shared_device_series "per-pod" and process accounting: each pod's copy of
+    # DCGM_FI_DEV_GPU_UTIL and DCGM_FI_DEV_FB_USED carries that pod's own use, as dcgm-exporter's
+    # --kubernetes-virtual-gpus does (sums over the copies then equal the device's figures only
+    # where every process is attributed).
+    per_pod_usage: bool = False
 
 
 @dataclass(frozen=True, slots=True)

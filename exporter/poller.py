@@ -31,6 +31,7 @@ from exporter.nvml.guarded_calls import GuardedNvml
 from exporter.nvml.helper import LiveGpu, PollerHelper
 from exporter.nvml.helper_registry import build_helpers
 from exporter.nvml.mig_reader import MigReader
+from exporter.processes.owner import PidOwners
 from exporter.snapshot import CollectorStatus, GpuIdentity, GpuSnapshot, NodeSnapshot
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class Poller(BackgroundThread):
         workers: int = 16,
         helper_threads: bool = True,
         extra_helpers: Sequence[PollerHelper] = (),
+        pid_owners: PidOwners | None = None,
     ) -> None:
         super().__init__()
         # False: helpers that can run as rounds get no threads of their own; whoever steps
@@ -106,9 +108,17 @@ class Poller(BackgroundThread):
         self._reader = DeviceReader(self._nvml, threading.Lock())
         self._mig = MigReader(self._nvml, config.mig_refresh_seconds)
         self._clock_events = ClockEventCounts()
-        # `extra_helpers` come after the registered ones, for tests and embedders.
+        # `extra_helpers` come after the registered ones, for tests and embedders. Process
+        # accounting runs only with `pid_owners`, who map its PIDs to containers.
         self._helpers = (
-            *build_helpers(config, self._nvml, self._tally, self._mig_changed),
+            *build_helpers(
+                config,
+                self._nvml,
+                self._tally,
+                self._mig_changed,
+                mig=self._mig,
+                pid_owners=pid_owners,
+            ),
             *extra_helpers,
         )
         self._workers = DaemonWorkers(workers, "nvml-device")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.processes.owner import ProcessOwner
+
 
 @dataclass(frozen=True, slots=True)
 class GpuIdentity:
@@ -123,6 +125,24 @@ class MigInstance:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """One process NVML lists on a GPU or a MIG instance, with its owner where /proc tells."""
+
+    pid: int
+    # The GPU instance it runs in on a MIG-enabled GPU; None on a whole GPU.
+    gpu_instance_id: int | None
+    # Device memory it holds (NVML's usedGpuMemory); None where NVML does not say.
+    used_memory_bytes: int | None
+    # SM activity share, percent of the sampling window since the previous sample (0 for a process
+    # NVML had no sample for: it was idle); None on MIG (NVML has no per-process utilization
+    # there), where it is not supported, or when the utilization read failed.
+    sm_util_pct: int | None = None
+    owner: ProcessOwner | None = None
+    # Why `owner` is None (exporter.processes.owner reasons).
+    unattributed_reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class XidRecord:
     """What the XID event thread has seen for one entity since the exporter started."""
 
@@ -154,6 +174,9 @@ class GpuSnapshot:
     # (clock_event name, sweeps in which that clock event reason was active) since the exporter
     # started, as dcgm-exporter's DCGM_EXP_CLOCK_EVENTS_TOTAL counts reported reasons.
     clock_event_counts: tuple[tuple[str, int], ...] = ()
+    # The processes on this GPU and its MIG instances; None when process accounting is off or
+    # its last round failed for this GPU.
+    processes: tuple[GpuProcess, ...] | None = None
 
     def profiling_of(self, gpu_instance_id: int | None) -> ProfilingReadings | None:
         if gpu_instance_id is None:

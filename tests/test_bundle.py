@@ -9,7 +9,7 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -31,11 +31,14 @@ from bundle.dcgm_units import classic_to_profile, spelled, unit_factor
 from bundle.flavour_translate import Translator
 from bundle.flavours import FLAVOURS, flavour_paths
 from bundle.scrape_configs import OPERATOR_TARGET_LABELS
+from dashboards.panels import TableQuery, table
 from exporter.config import HostLabel
 from exporter.dcgm_compat import RENAMES_4_9, profile
 from exporter.exposition.context import AttributionContext
 from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
 from exporter.simulator.fake_kubelet import FakeKubelet
+from exporter.simulator.host_tree import HostTree
+from exporter.simulator.processes import ProcessTable
 from tests.conftest import FAST, LABELS, promtool, render, start_xid_watch, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -573,6 +576,181 @@ def test_flavour_paths_name_every_generated_flavour_file():
     assert not [p for p in generated if "dcgm-4.9" in p and not p.startswith(("alerts", "dash"))]
 
 
+# ---- per-pod use (process accounting) ----
+
+GIB = 2**30
+SCRAPE = {"job": "kube-gpu-exporter", "instance": "10.0.0.11:9455"}
+SHARED_GPU = {"gpu": "3", "UUID": "GPU-3dd6f3c7-9d4b-4ebc-8a5c-4f5e6d7a8b93"}
+MIG_INSTANCE = {
+    "gpu": "6",
+    "UUID": "GPU-6a09c6fa-c07e-4bef-9d8f-7c8b9a0bdec6",
+    "GPU_I_PROFILE": "2g.20gb",
+    "GPU_I_ID": "2",
+}
+
+
+@dataclass(frozen=True)
+class PodUse:
+    """One container's processes on one device; empty names are the device's unattributed ones.
+    Powers of two, so sums are exact in any order."""
+
+    device: dict[str, str]
+    namespace: str
+    pod: str
+    container: str
+    memory_gib: float
+    sm_ratio: float | None  # None on MIG: NVML has no per-process utilization there
+
+    @property
+    def labels(self) -> dict[str, str]:
+        owner = {"namespace": self.namespace, "pod": self.pod, "container": self.container}
+        return {**self.device, **owner}
+
+    @property
+    def user(self) -> str:
+        """The name the panels give it."""
+        return f"{self.namespace}/{self.pod}/{self.container}" if self.pod else "unattributed"
+
+
+POD_USE = (
+    PodUse(SHARED_GPU, "inference", "chat-a", "server", 2, 0.25),
+    PodUse(SHARED_GPU, "inference", "chat-b", "server", 1, 0.125),
+    PodUse(SHARED_GPU, "serving", "api-0", "api", 4, 0.25),
+    PodUse(SHARED_GPU, "", "", "", 0.5, 0.0625),
+    PodUse(MIG_INSTANCE, "research", "nb-0", "jupyter", 1, None),
+)
+# The devices' own figures, in classic units: 8 GiB used and 75 % busy on the shared GPU, 2 GiB
+# used on the MIG instance (which has no utilization).
+DEVICE_READINGS = (
+    (SHARED_GPU, {"DCGM_FI_DEV_FB_USED": 8192, "DCGM_FI_DEV_GPU_UTIL": 75}),
+    (MIG_INSTANCE, {"DCGM_FI_DEV_FB_USED": 2048}),
+)
+
+
+def matchers(labels: dict[str, str]) -> str:
+    return "{" + ", ".join(f'{name}="{value}"' for name, value in labels.items()) + "}"
+
+
+def per_pod_series(config: BundleConfig) -> list[dict[str, str]]:
+    """The per-pod families, and the devices' DCGM series as the exporter publishes them with
+    --attribution.shared-devices=per-pod: one copy per pod holding the device."""
+    host = SCRAPE | {config.host_label: "gpu-node-1"}
+    series = []
+    for use in POD_USE:
+        values = {"kube_gpu_exporter_pod_gpu_memory_used_bytes": use.memory_gib * GIB}
+        if use.sm_ratio is not None:
+            values["kube_gpu_exporter_pod_gpu_sm_utilization_ratio"] = use.sm_ratio
+        for family, value in values.items():
+            series.append({"series": family + matchers(host | use.labels), "values": f"{value}x5"})
+    for device, readings in DEVICE_READINGS:
+        holders = {use.pod for use in POD_USE if use.device == device and use.pod}
+        for pod in sorted(holders):
+            for classic, value in readings.items():
+                converted = float(value * classic_to_profile(config.profile, classic))
+                labels = matchers(host | device | {"pod": pod})
+                series.append(
+                    {"series": config.profile.name(classic) + labels, "values": f"{converted}x5"}
+                )
+    return series
+
+
+def promtool_eval(tmp_path: Path, series: list[dict], cases: list[tuple[str, list]]) -> None:
+    """Runs promtool's unit test of `cases` (expression, expected samples) over `series`."""
+    test = {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {"expr": expr, "eval_time": "3m", "exp_samples": samples}
+                    for expr, samples in cases
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "panels_test.yaml"
+    path.write_text(yaml.safe_dump(test))
+    result = subprocess.run(
+        [promtool(), "test", "rules", path.name], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def sample(labels: dict[str, str], value: float) -> dict:
+    return {"labels": matchers(labels), "value": value}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_per_pod_panels_stack_every_container_and_the_unattributed_under_the_device(
+    version, tmp_path
+):
+    """Each container's use, and the unattributed rest under its own name, stack up to at most
+    the devices' own figures, which are drawn outside the stack and counted once however many
+    pods share the GPU. MIG instances show memory only."""
+    memory_panel = panel(version, "gpu-devices", "GPU memory per pod")
+    sm_panel = panel(version, "gpu-devices", "SM utilization per pod")
+    cases = []
+    for found, reading in (
+        (memory_panel, lambda use: use.memory_gib * GIB),
+        (sm_panel, lambda use: use.sm_ratio),
+    ):
+        assert found["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
+        [override] = found["fieldConfig"]["overrides"]
+        assert override["matcher"] == {"id": "byFrameRefID", "options": "B"}
+        unstacked = {"id": "custom.stacking", "value": {"mode": "none", "group": "A"}}
+        assert unstacked in override["properties"]
+        users = plain_promql(found["targets"][0]["expr"])
+        expected = [
+            sample(
+                {k: v for k, v in use.labels.items() if v and k != "UUID"} | {"user": use.user},
+                reading(use),
+            )
+            for use in POD_USE
+            if reading(use) is not None
+        ]
+        cases.append((users, expected))
+    device_memory = plain_promql(memory_panel["targets"][1]["expr"])
+    device_util = plain_promql(sm_panel["targets"][1]["expr"])
+    cases += [(device_memory, [sample({}, 10 * GIB)]), (device_util, [sample({}, 0.75)])]
+    # The fixture itself leaves room: parts below the whole.
+    assert sum(use.memory_gib for use in POD_USE) < 10
+    assert sum(use.sm_ratio or 0 for use in POD_USE) < 0.75
+    # The table names the unattributed row in its pod column.
+    memory_column = plain_promql(
+        panel(version, "gpu-devices", "Per-pod use now")["targets"][1]["expr"]
+    )
+    rows = [
+        sample({"gpu": use.device["gpu"], "pod": use.pod or "unattributed"}, use.memory_gib * GIB)
+        for use in POD_USE
+    ]
+    cases.append((f"max by (gpu, pod) ({memory_column})", rows))
+    promtool_eval(tmp_path, per_pod_series(FLAVOURS[version]), cases)
+
+
+def test_chargeback_unit_tests_check_the_panels_queries():
+    """The usage-weighted chargeback expressions in alerts/tests/pod_usage_test.yaml are the
+    capacity panel's queries over a 12 minute range, so the tests check what ships."""
+    found = panel(
+        DEFAULT.dcgm_version, "gpu-cluster-capacity", "Usage-weighted GPU-hours by namespace"
+    )
+    tested = {
+        case["expr"]
+        for test in load_yaml(ROOT / "alerts" / "tests" / "pod_usage_test.yaml")["tests"]
+        for case in test["promql_expr_test"]
+    }
+    for target in found["targets"]:
+        expr = target["expr"].replace('{cluster=~"$cluster", namespace=~"$namespace"}', "")
+        expr = expr.replace("$__range_s", "720").replace("$__range", "12m")
+        assert expr in tested, expr
+
+
+def test_a_column_unit_must_name_a_value_column():
+    with pytest.raises(ValueError, match="column_units names no value column 'Memory'"):
+        table("t", "d", "none", [TableQuery("Processes", "up")], column_units={"Memory": "bytes"})
+
+
 # ---- metrics exist ----
 
 
@@ -584,7 +762,18 @@ def simulated_metric_names(sim, make_poller, tmp_path) -> dict[str, set[str]]:
     try:
         watcher = PodResourcesWatcher(PodResourcesClient(str(kubelet.socket_path), 5), 0.05)
         assert watcher.refresh()
-        poller = make_poller(replace(FAST, pcie_enabled=True, pcie_interval_seconds=0.05))
+        sim.processes = ProcessTable(sim, kubelet)
+        host = HostTree(sim.processes, tmp_path / "host").refresh()
+        poller = make_poller(
+            replace(
+                FAST,
+                pcie_enabled=True,
+                pcie_interval_seconds=0.05,
+                processes_enabled=True,
+                proc_root=str(host.proc_root),
+                log_root=str(host.log_root),
+            )
+        )
         start_xid_watch(sim, poller)
         sim.inject_xid(0, 79)
         context = AttributionContext(pods=watcher.latest, pods_status=watcher.status)
@@ -598,6 +787,7 @@ def simulated_metric_names(sim, make_poller, tmp_path) -> dict[str, set[str]]:
                 "DCGM_EXP_XID_ERRORS_TOTAL{" in text()
                 and "DCGM_FI_DEV_PCIE_TX_THROUGHPUT{" in text()
                 and "DCGM_FI_PROF_GR_ENGINE_ACTIVE{" in text()
+                and "kube_gpu_exporter_pod_gpu_sm_utilization_ratio{" in text()
             )
         )
         return {

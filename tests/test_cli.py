@@ -89,6 +89,8 @@ BAD_INPUT = [
     ([], {"NODE_NAME": "UPPER_case"}, "environment variable NODE_NAME"),
     (["--podresources.socket="], {}, "--podresources.socket"),
     (["--podresources.socket=kubelet.sock"], {}, "--podresources.socket"),
+    (["--processes.proc-root=proc"], {}, "--processes.proc-root"),
+    (["--processes.log-root="], {}, "--processes.log-root"),
     (["--podresources.extra-resources=gpu mem"], {}, "--podresources.extra-resources"),
     (["--kubernetes.kubeconfig=/nonexistent"], {}, "--kubernetes.kubeconfig"),
     (["--kubernetes.max-pod-labels=-1"], {}, "--kubernetes.max-pod-labels"),

@@ -114,6 +114,11 @@ def test_every_capacity_query_means_the_same_inlined(cluster):
     for query in grafana_queries(api, cluster.start, cluster.end):
         if not inline.uses_rules(query.expr) or windowed & set(inline.recorded_names(query.expr)):
             continue
+        if "_over_time(" in query.expr:
+            # Over a range, a rule's stored points and the inlined subquery's clock-aligned steps
+            # sample a varying series at different instants (usage-weighted chargeback); only a
+            # constant one would agree.
+            continue
         at = _evaluated_at(api, inline.recorded_names(query.expr)[0], cluster)
         recorded = _by_labels(api.query(query.expr, at))
         raw = _by_labels(api.query(inline.inline(query.expr), at))

@@ -20,13 +20,14 @@ import yaml
 
 from bundle import deploy_manifests
 from bundle.config import DEFAULT
-from exporter.cli import build_parser, env_name
+from exporter.cli import build_parser, env_name, parse_config
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 BASE = DEPLOY / "base"
 OVERLAY = DEPLOY / "overlays" / "kubernetes-enrichment"
 COMPONENT = DEPLOY / "components" / "nvidia-runtime-class"
+PROCESS_ACCOUNTING = DEPLOY / "components" / "process-accounting"
 # The newest release kubernetes-validate knows, and the oldest one still commonly run.
 VERSIONS = (kubernetes_validate.latest_version(), "1.32.0")
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
@@ -91,13 +92,27 @@ def daemon_set(docs: list[dict]) -> dict:
     return ds
 
 
-@pytest.fixture(scope="module", params=["base", "kubernetes-enrichment", "runtime-class"])
+def with_components(*components: Path, base: Path = BASE) -> list[dict]:
+    docs = kustomize(base)
+    for component in components:
+        docs = apply_patches(component, docs)
+    return docs
+
+
+BUILDS = {
+    "base": lambda: kustomize(BASE),
+    "kubernetes-enrichment": lambda: kustomize(OVERLAY),
+    "runtime-class": lambda: with_components(COMPONENT),
+    "process-accounting": lambda: with_components(PROCESS_ACCOUNTING),
+    "enrichment-and-both-components": lambda: with_components(
+        COMPONENT, PROCESS_ACCOUNTING, base=OVERLAY
+    ),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(BUILDS))
 def build(request) -> list[dict]:
-    if request.param == "base":
-        return kustomize(BASE)
-    if request.param == "kubernetes-enrichment":
-        return kustomize(OVERLAY)
-    return apply_patches(COMPONENT, kustomize(BASE))
+    return BUILDS[request.param]()
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -159,7 +174,7 @@ def test_enrichment_overlay_grants_only_what_enrichment_reads():
 def test_resourceslice_access_is_only_in_the_enrichment_overlay():
     """The base reads no API at all; only the overlay, which turns --kubernetes on, may read
     ResourceSlices."""
-    for directory in (BASE, COMPONENT):
+    for directory in (BASE, COMPONENT, PROCESS_ACCOUNTING):
         text = "".join(p.read_text() for p in sorted(directory.glob("*.yaml")))
         assert "resourceslices" not in text and "resource.k8s.io" not in text, directory
     base_text = yaml.safe_dump_all(kustomize(BASE))
@@ -207,7 +222,12 @@ def test_kubectl_kustomize_builds_what_the_model_builds(directory):
     assert kubectl_kustomize(directory) == sorted(kustomize(directory), key=identity)
 
 
-def test_kubectl_kustomize_applies_the_runtime_class_component(tmp_path):
+@pytest.mark.parametrize(
+    "components",
+    [(COMPONENT,), (PROCESS_ACCOUNTING,), (COMPONENT, PROCESS_ACCOUNTING)],
+    ids=["runtime-class", "process-accounting", "both"],
+)
+def test_kubectl_kustomize_applies_the_components(tmp_path, components):
     # kustomize takes only relative paths to bases and components.
     (tmp_path / "kustomization.yaml").write_text(
         yaml.safe_dump(
@@ -215,11 +235,11 @@ def test_kubectl_kustomize_applies_the_runtime_class_component(tmp_path):
                 "apiVersion": "kustomize.config.k8s.io/v1beta1",
                 "kind": "Kustomization",
                 "resources": [os.path.relpath(BASE, tmp_path)],
-                "components": [os.path.relpath(COMPONENT, tmp_path)],
+                "components": [os.path.relpath(c, tmp_path) for c in components],
             }
         )
     )
-    expected = sorted(apply_patches(COMPONENT, kustomize(BASE)), key=identity)
+    expected = sorted(with_components(*components), key=identity)
     assert kubectl_kustomize(tmp_path) == expected
 
 
@@ -257,13 +277,67 @@ def test_daemonset_runs_where_and_how_the_readme_says():
     # The pod's grace period covers the exporter's 5 s shutdown.
     assert pod["terminationGracePeriodSeconds"] > 5
     assert "runtimeClassName" not in pod
+    # Process accounting's host access is opt-in (deploy/components/process-accounting).
+    assert "hostPID" not in pod
+    assert [v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v] == [
+        "/var/lib/kubelet/pod-resources"
+    ]
+    assert not [a for a in container["args"] if a.startswith("--collector.processes")]
 
 
 def test_runtime_class_component_sets_only_the_runtime_class():
     base = daemon_set(kustomize(BASE))
-    patched = daemon_set(apply_patches(COMPONENT, kustomize(BASE)))
+    patched = daemon_set(with_components(COMPONENT))
     assert patched["spec"]["template"]["spec"].pop("runtimeClassName") == "nvidia"
     assert patched == base
+
+
+def test_process_accounting_component_adds_host_pids_the_logs_and_the_flag_only():
+    base = daemon_set(kustomize(BASE))
+    patched = daemon_set(with_components(PROCESS_ACCOUNTING))
+    pod = patched["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert pod.pop("hostPID") is True
+    [volume] = [v for v in pod["volumes"] if v.get("hostPath", {}).get("path") == "/var/log"]
+    pod["volumes"].remove(volume)
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+    container["volumeMounts"].remove(mount)
+    # Read-only, and where the exporter looks by default (--processes.log-root).
+    assert mount == {"name": volume["name"], "mountPath": "/var/log", "readOnly": True}
+    assert volume["hostPath"]["type"] == "Directory"
+    assert container["args"].pop() == "--collector.processes"
+    assert patched == base
+    # Nothing else loosened: the container keeps its dropped capabilities and read-only root.
+    security = container["securityContext"]
+    assert security["capabilities"] == {"drop": ["ALL"]} and not security["privileged"]
+
+
+def test_process_accounting_component_is_opt_in():
+    """Neither the base nor the enrichment overlay includes it; only a user's kustomization
+    that lists it under `components` does."""
+    for directory in (BASE, OVERLAY):
+        spec = yaml.safe_load((directory / "kustomization.yaml").read_text())
+        assert "components" not in spec, directory
+        pod = daemon_set(kustomize(directory))["spec"]["template"]["spec"]
+        assert "hostPID" not in pod, directory
+        assert "--collector.processes" not in pod["containers"][0]["args"], directory
+        assert "/var/log" not in yaml.safe_dump(pod["volumes"]), directory
+    spec = yaml.safe_load((PROCESS_ACCOUNTING / "kustomization.yaml").read_text())
+    assert spec["kind"] == "Component"
+
+
+def test_process_accounting_component_configures_the_exporter_it_mounts_for():
+    """The args the component leaves turn the collector on and point it at the mounted logs."""
+    pod = daemon_set(with_components(PROCESS_ACCOUNTING))["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    config = parse_config(container["args"], environ={"NODE_NAME": "gpu-node-1"})
+    assert config.collection.processes_enabled is True
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts[config.collection.log_root]["readOnly"] is True
+    # hostPID: the host's processes are in the pod's own /proc.
+    assert config.collection.proc_root == "/proc" and pod["hostPID"] is True
+    base = daemon_set(kustomize(BASE))["spec"]["template"]["spec"]["containers"][0]
+    assert parse_config(base["args"], environ={}).collection.processes_enabled is False
 
 
 def test_every_exporter_setting_in_the_manifests_is_a_real_flag():
@@ -274,7 +348,7 @@ def test_every_exporter_setting_in_the_manifests_is_a_real_flag():
         if opt.startswith("--")
     }
     known_env = {env_name(flag) for flag in flags}
-    for docs in (kustomize(BASE), kustomize(OVERLAY)):
+    for docs in (kustomize(BASE), kustomize(OVERLAY), with_components(PROCESS_ACCOUNTING)):
         [container] = daemon_set(docs)["spec"]["template"]["spec"]["containers"]
         for arg in container["args"]:
             assert arg.split("=", 1)[0] in flags, arg

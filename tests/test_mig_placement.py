@@ -113,7 +113,18 @@ def test_a_refused_query_leaves_placements_unknown_and_profile_ids_from_the_tabl
         read = reader.read_all()
         reader.mig.invalidate()
         again = reader.read_all()
-    assert again == read
+
+    def placed(found: dict) -> dict:
+        # Memory moves with the simulated workload between the reads; placements must not.
+        return {
+            gpu: [
+                (m.gpu_instance_id, m.placement_start, m.placement_size, m.gpu_instance_profile_id)
+                for m in instances
+            ]
+            for gpu, instances in found.items()
+        }
+
+    assert placed(again) == placed(read)
     for instances in read.values():
         assert instances
         for m in instances:

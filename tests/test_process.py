@@ -13,6 +13,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from tests.conftest import REPO, unexpected_lint_findings
 from tests.fake_kube_api import FakeKubeApi, write_kubeconfig
 
@@ -109,6 +111,33 @@ def test_simulated_node_end_to_end():
         )
         assert len(set(shared)) == 3
         assert "kube_gpu_exporter_node_allocatable_devices{" in text
+        # Per-pod use of the time-sliced GPU: its three pods, within the device's figures.
+        text = scrape_until(
+            base,
+            lambda t: 'pod_gpu_sm_utilization_ratio{gpu="3"' in t,
+            what="per-pod use of GPU 3",
+            proc=proc,
+        )
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+
+        def on_gpu3(name: str) -> dict[str, float]:
+            return {
+                s.labels.get("pod", ""): s.value
+                for s in families[name].samples
+                if s.labels["gpu"] == "3"
+            }
+
+        memory = on_gpu3("kube_gpu_exporter_pod_gpu_memory_used_bytes")
+        sm = on_gpu3("kube_gpu_exporter_pod_gpu_sm_utilization_ratio")
+        chat = {pod for pod in memory if pod.startswith("chat-api-")}
+        assert len(chat) == 3 and all(memory[p] > 0 for p in chat), memory
+        assert len({sm[p] for p in chat}) == 3, sm  # real, distinct shares
+        # The device series and the process round are read moments apart, as on a real node;
+        # both move with the workload, hence the margins.
+        [fb_used] = on_gpu3("DCGM_FI_DEV_FB_USED").values()
+        assert sum(memory.values()) <= fb_used * 2**20 * 1.02
+        [util] = on_gpu3("DCGM_FI_DEV_GPU_UTIL").values()
+        assert 0 < sum(sm.values()) <= min(1.0, util / 100 + 0.1)
         assert unexpected_lint_findings(text) == []
         assert get(f"{base}/healthz")[0] == 200
         started = time.monotonic()

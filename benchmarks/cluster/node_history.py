@@ -73,18 +73,23 @@ def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
     from exporter.poller import Poller
     from exporter.simulator.fake_kubelet import FakeKubelet
     from exporter.simulator.fake_nvml import FakeNvml
+    from exporter.simulator.host_tree import HostTree
+    from exporter.simulator.processes import ProcessTable
 
     fleet = replace(fleet_spec(fleet_name), call_latency_us=0.0, pcie_window_ms=0.0)
     clock = [0.0]
     nvml = FakeNvml(fleet, clock=lambda: clock[0]).install()
-    with tempfile.TemporaryDirectory(prefix="kge-history-") as tmp:
-        kubelet = FakeKubelet(nvml, Path(tmp) / "kubelet.sock").start()
-        try:
-            watcher = PodResourcesWatcher(PodResourcesClient(str(kubelet.socket_path)), 1.0)
-            if not watcher.refresh():
-                raise RuntimeError(f"fake kubelet: {watcher.status.last_error}")
-        finally:
-            kubelet.stop()
+    tmp = tempfile.TemporaryDirectory(prefix="kge-history-")
+    kubelet = FakeKubelet(nvml, Path(tmp.name) / "kubelet.sock").start()
+    try:
+        watcher = PodResourcesWatcher(PodResourcesClient(str(kubelet.socket_path)), 1.0)
+        if not watcher.refresh():
+            raise RuntimeError(f"fake kubelet: {watcher.status.last_error}")
+    finally:
+        kubelet.stop()
+    # The pods' processes and the host's /proc and /var/log, for per-pod use of shared GPUs.
+    nvml.processes = ProcessTable(nvml, kubelet)
+    host = HostTree(nvml.processes, Path(tmp.name) / "host").refresh()
     pods = sorted({(a.namespace, a.pod) for a in watcher.latest.allocations})
     metadata = {
         (ns, pod): PodMetadata(ns, pod, f"uid-{ns}-{pod}", *owner_of(ns, pod), ())
@@ -102,7 +107,13 @@ def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
     )
     context = AttributionContext(pods=watcher.latest, pods_status=watcher.status, kube=view)
     poller = Poller(
-        CollectionConfig(interval_seconds=step_seconds, xid_enabled=False),
+        CollectionConfig(
+            interval_seconds=step_seconds,
+            xid_enabled=False,
+            processes_enabled=True,
+            proc_root=str(host.proc_root),
+            log_root=str(host.log_root),
+        ),
         lambda snapshot: None,
         helper_threads=False,
     )
@@ -126,6 +137,7 @@ def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
     finally:
         poller.stop()
         nvml.uninstall()
+        tmp.cleanup()
     uuids = [g.uuid for g in nvml.gpus]
     uuids += [i.uuid for g in nvml.gpus for i in g.live_instances()]
     return NodeHistory(

@@ -16,7 +16,8 @@ from exporter.podresources.dra_resolve import DraIndex
 from exporter.snapshot import NodeSnapshot
 
 
-def _device_labels(snapshot: NodeSnapshot, key: tuple[str, int | None]) -> Labels:
+def device_key_labels(snapshot: NodeSnapshot, key: tuple[str, int | None]) -> Labels:
+    """`gpu` and `UUID`, plus `GPU_I_PROFILE` and `GPU_I_ID` for a GPU instance."""
     uuid, gi = key
     gpu = next((g for g in snapshot.gpus if g.identity.uuid == uuid), None)
     labels: Labels = (("gpu", str(gpu.identity.index) if gpu else ""), ("UUID", uuid))
@@ -61,7 +62,7 @@ def render_allocations(
     for key, holders in sorted(
         attribution.holders.items(), key=lambda kv: (kv[0][0], kv[0][1] or -1)
     ):
-        device = _device_labels(snapshot, key)
+        device = device_key_labels(snapshot, key)
         for holder in holders:
             body = label_body(device + host + _holder_labels(holder, context))
             samples.append((body, str(holder.replicas)))

@@ -23,12 +23,14 @@ copy per share, so sums over the copies count the device once per container.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from exporter.config import HostLabel, LabelConfig
 from exporter.exposition.text_format import Labels
 from exporter.podresources.attribution import EMPTY, Attribution, Holder, share_order
+from exporter.processes.pod_usage import DeviceUsage, Usage
 from exporter.snapshot import (
     GpuIdentity,
     GpuReadings,
@@ -157,22 +159,39 @@ def _holder_labels(
     return labels
 
 
+def _own_use(readings: GpuReadings, use: Usage | None) -> GpuReadings:
+    """A per-pod copy's GPU_UTIL and FB_USED as the pod's own (dcgm-exporter's virtual-GPU mode):
+    nothing running is 0, not the device's figure."""
+    memory = 0 if use is None or use.memory_bytes is None else use.memory_bytes
+    if readings.gpu_util_pct is None:  # a MIG instance: NVML has no utilization there
+        return replace(readings, fb_used_bytes=memory)
+    sm = 0 if use is None or use.sm_pct is None else use.sm_pct
+    return replace(readings, gpu_util_pct=min(sm, 100), fb_used_bytes=memory)
+
+
 def _with_holders(
     entity: Entity,
     holders: tuple[Holder, ...],
     config: LabelConfig,
     kube: KubernetesView | None,
+    usage: DeviceUsage | None = None,
 ) -> list[Entity]:
     containers = _by_container(holders)
     per_pod = config.shared_device_series == PER_POD
     if (containers and not is_shared(holders)) or (containers and per_pod):
+        own_use = per_pod and config.per_pod_usage and usage is not None
         return [
             replace(
                 entity,
                 labels=entity.labels + _holder_labels(entity, held, config, kube, per_pod),
                 holders=holders,
+                readings=(
+                    _own_use(entity.readings, usage.by_container.get(container))
+                    if own_use and usage is not None
+                    else entity.readings
+                ),
             )
-            for held in containers.values()
+            for container, held in containers.items()
         ]
     return [replace(entity, holders=holders)]
 
@@ -182,22 +201,25 @@ def dcgm_entities(
     config: LabelConfig,
     attribution: Attribution = EMPTY,
     kube: KubernetesView | None = None,
+    usage: Mapping[tuple[str, int | None], DeviceUsage] | None = None,
 ) -> list[Entity]:
     """The DCGM entities of `snapshot`, each with its holders' labels; `kube`, the Kubernetes
-    view, supplies pod UIDs and pod labels where the options ask for them."""
-    return [
-        labelled
-        for entity in _device_entities(snapshot, config)
-        for labelled in _with_holders(
+    view, supplies pod UIDs and pod labels where the options ask for them; `usage`, each
+    container's own use, for per-pod copies under --attribution.per-pod-usage."""
+    entities = []
+    for entity in _device_entities(snapshot, config):
+        key = (
+            entity.gpu.identity.uuid,
+            None if entity.instance is None else entity.instance.gpu_instance_id,
+        )
+        entities += _with_holders(
             entity,
-            attribution.for_device(
-                entity.gpu.identity.uuid,
-                None if entity.instance is None else entity.instance.gpu_instance_id,
-            ),
+            attribution.for_device(*key),
             config,
             kube,
+            None if usage is None else usage.get(key),
         )
-    ]
+    return entities
 
 
 def _device_entities(snapshot: NodeSnapshot, config: LabelConfig) -> list[Entity]:

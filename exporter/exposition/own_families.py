@@ -179,6 +179,48 @@ POD_DEVICE_ALLOCATION = _own(
     ),
 )
 
+# Per-container use of shared devices, from NVML's process accounting (--collector.processes).
+POD_USAGE_LABELS = (
+    "gpu",
+    "UUID",
+    "GPU_I_PROFILE",
+    "GPU_I_ID",
+    HOST,
+    "namespace",
+    "pod",
+    "container",
+)
+POD_GPU_MEMORY_USED_BYTES = _own(
+    "pod_gpu_memory_used_bytes",
+    GAUGE,
+    "Device memory the container's processes hold on this GPU or MIG instance, from NVML's "
+    "process accounting; the row with an empty pod holds everything not attributed to a pod "
+    "that holds the device. Driver overhead is in no row.",
+    POD_USAGE_LABELS,
+)
+POD_GPU_SM_UTILIZATION_RATIO = _own(
+    "pod_gpu_sm_utilization_ratio",
+    GAUGE,
+    "Share of the GPU's SM time the container's processes used over the last sample window "
+    "(0-1), from NVML's process utilization; whole GPUs only (NVML has none on MIG).",
+    POD_USAGE_LABELS,
+)
+POD_GPU_PROCESSES = _own(
+    "pod_gpu_processes",
+    GAUGE,
+    "Processes the container runs on this GPU or MIG instance; the row with an empty pod "
+    "counts the unattributed ones.",
+    POD_USAGE_LABELS,
+)
+GPU_PROCESSES_UNATTRIBUTED = _own(
+    "gpu_processes_unattributed",
+    GAUGE,
+    "Processes on this GPU or MIG instance not counted for any pod, by reason: host "
+    "(outside any pod), not_holder (a pod that does not hold the device), pid_not_visible, "
+    "exited, unknown_container.",
+    (*POD_USAGE_LABELS[:5], "reason"),
+)
+
 # Health of the pod-resources and Kubernetes sources.
 PODRESOURCES_UP = _own(
     "podresources_up",

@@ -25,6 +25,7 @@ from exporter.exposition.attribution_metrics import (
 from exporter.exposition.context import NO_CONTEXT, AttributionContext
 from exporter.exposition.dcgm_families import DcgmFamily, families_for
 from exporter.exposition.entities import Entity, dcgm_entities, device_labels, host_labels
+from exporter.exposition.process_metrics import render_pod_usage
 from exporter.exposition.text_format import (
     FamilyWriter,
     Labels,
@@ -33,6 +34,7 @@ from exporter.exposition.text_format import (
     label_body,
 )
 from exporter.podresources.attribution import attribute
+from exporter.processes.pod_usage import pod_usage
 from exporter.snapshot import ConnectionCounts, NodeSnapshot
 from exporter.xid_messages import xid_message
 
@@ -65,7 +67,12 @@ class Renderer:
         attribution = attribute(
             snapshot, context.pods, None if context.kube is None else context.kube.resource_slices
         )
-        entities = dcgm_entities(snapshot, self._labels, attribution, context.kube)
+        usage = (
+            pod_usage(snapshot, attribution, context.kube)
+            if context.attribution_enabled and any(g.processes is not None for g in snapshot.gpus)
+            else {}
+        )
+        entities = dcgm_entities(snapshot, self._labels, attribution, context.kube, usage)
         bodies = [label_body(e.labels) for e in entities]
         readings = [e.readings for e in entities]
         profiling = [e.profiling for e in entities]
@@ -79,6 +86,7 @@ class Renderer:
         if context.attribution_enabled:
             render_allocations(out, snapshot, attribution, context, self._labels)
             render_dra_unresolved(out, attribution, self._labels)
+            render_pod_usage(out, snapshot, usage, self._labels)
         render_source_health(out, context, self._labels)
         return out.text()
 

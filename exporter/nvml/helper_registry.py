@@ -9,8 +9,12 @@ from exporter.nvml.error_tally import ErrorTally
 from exporter.nvml.gpm_sampler import GpmSampler
 from exporter.nvml.guarded_calls import GuardedNvml
 from exporter.nvml.helper import PollerHelper
+from exporter.nvml.mig_reader import MigReader
 from exporter.nvml.pcie_sampler import PcieSampler
+from exporter.nvml.process_sampler import ProcessSampler
 from exporter.nvml.xid_watcher import XidWatcher
+from exporter.processes.host_pids import HostPidOwners
+from exporter.processes.owner import PidOwners
 
 
 def build_helpers(
@@ -18,9 +22,16 @@ def build_helpers(
     nvml: GuardedNvml,
     tally: ErrorTally,
     on_mig_change: Callable[[str], None],
+    *,
+    mig: MigReader | None = None,
+    pid_owners: PidOwners | None = None,
 ) -> tuple[PollerHelper, ...]:
     """One line per helper: a new helper is its module plus a line here. The order is the order
-    of the snapshot's `collectors`, which users see in the exposition."""
+    of the snapshot's `collectors`, which users see in the exposition.
+
+    `mig` is the poller's MIG reader, whose cached topology holds the MIG device handles;
+    `pid_owners` maps process accounting's PIDs to containers (by default from the host's /proc
+    and /var/log at the configured roots)."""
     helpers: list[PollerHelper | None] = [
         XidWatcher(
             tally,
@@ -32,5 +43,13 @@ def build_helpers(
         else None,
         PcieSampler(nvml, config.pcie_interval_seconds) if config.pcie_enabled else None,
         GpmSampler(nvml, config.interval_seconds) if config.gpm_enabled else None,
+        ProcessSampler(
+            nvml,
+            mig or MigReader(nvml, config.mig_refresh_seconds),
+            pid_owners or HostPidOwners(config.proc_root, config.log_root),
+            config.interval_seconds,
+        )
+        if config.processes_enabled
+        else None,
     ]
     return tuple(helper for helper in helpers if helper is not None)

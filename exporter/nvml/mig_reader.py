@@ -119,6 +119,13 @@ class MigReader:
             )
         return tuple(instances)
 
+    def device_handles(
+        self, parent: GpuIdentity, parent_handle: Any
+    ) -> tuple[tuple[str, int, Any], ...]:
+        """(MIG device UUID, GPU-instance id, handle) per MIG device, from the cached topology."""
+        topology = self._topology(parent, parent_handle)
+        return tuple((s.uuid, s.gpu_instance_id, s.handle) for s in topology.slots)
+
     def _topology(self, parent: GpuIdentity, parent_handle: Any) -> _Topology:
         now = time.monotonic()
         with self._lock:

@@ -10,7 +10,8 @@ Fidelity notes (docs/nvml.md, from 'NOT_SUPPORTED matrix' on): NOT_SUPPORTED mat
 parents, MIG device handles and older boards; FunctionNotFound by driver version; GI ids by
 placement; MIG names "<parent> MIG <profile>"; units mW, mJ, bytes, MHz, KB/s. GPU-instance
 handles and their info (placement, driver profile id) only for a privileged fleet
-(`nvml_privileged`); NO_PERMISSION otherwise.
+(`nvml_privileged`); NO_PERMISSION otherwise. Process lists and per-process utilization come from
+the node's process table (`processes`, see docs/nvml.md, 'Process accounting').
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pynvml
 
@@ -32,6 +33,9 @@ from exporter.simulator.faults import CallFaults
 from exporter.simulator.fleet import FleetSpec
 from exporter.simulator.sim_gpu import MIB, SimGpu, SimMigInstance
 from exporter.simulator.workload import SHAPES
+
+if TYPE_CHECKING:
+    from exporter.simulator.processes import ProcessTable, ProcessUse
 
 # NVML symbols newer than some drivers: calling them on an older driver is FunctionNotFound.
 # GPM arrived with R520.
@@ -43,12 +47,26 @@ _GPM_CALLS = (
     "nvmlGpmMigSampleGet",
     "nvmlGpmMetricsGet",
 )
+_PROCESS_LISTS = (
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+    "nvmlDeviceGetMPSComputeRunningProcesses",
+)
 MIN_DRIVER_FOR = {
     **dict.fromkeys(_GPM_CALLS, 520),
     "nvmlDeviceGetCurrentClocksEventReasons": 535,
     "nvmlDeviceGetTemperatureV": 575,
     "nvmlDeviceGetMemoryInfo_v2": 510,
+    **{f"{name}_v2": 450 for name in _PROCESS_LISTS},
+    **{f"{name}_v3": 510 for name in _PROCESS_LISTS},
+    "nvmlDeviceGetProcessesUtilizationInfo": 550,
 }
+# Symbols a single driver release dropped: 535.98 shipped without the _v3 process lists, and
+# 535.104.05 brought them back.
+REMOVED_IN = {"535.98": frozenset(f"{name}_v3" for name in _PROCESS_LISTS)}
+# nvidia-ml-py's unversioned process-list wrappers call the _v3 symbol and turn its absence into
+# NVMLLibraryMismatchError, a plain Exception rather than an NVMLError.
+_UNVERSIONED = {name: f"{name}_v3" for name in _PROCESS_LISTS}
 # nvml*-named helpers of nvidia-ml-py itself that never reach libnvidia-ml: replacing them would
 # break callers that build exception classes or convert structs (nvitop does at import).
 _BINDING_HELPERS = frozenset(
@@ -153,6 +171,8 @@ class FakeNvml:
         self._saved: dict[str, Any] = {}
         self.call_latency_s = fleet.call_latency_us / 1e6
         self.pcie_window_s = fleet.pcie_window_ms / 1e3
+        # The node's GPU processes; None answers every process query with nothing running.
+        self.processes: ProcessTable | None = None
 
     # Time: simulated seconds since an arbitrary epoch, far enough in that lagged signals exist.
 
@@ -226,14 +246,18 @@ class FakeNvml:
     def _wrap(
         self, method: Callable, name: str, device: bool, on_mig: str, gpu_instance: bool
     ) -> Callable:
-        minimum = MIN_DRIVER_FOR.get(name)
+        versioned = _UNVERSIONED.get(name)
 
         @functools.wraps(method)
         def call(*args: Any, **kwargs: Any) -> Any:
             self._count(name)
             self._require_init(name)
-            if minimum is not None and self.fleet.driver_major < minimum:
+            if self.lacks(name):
                 raise pynvml.NVMLError_FunctionNotFound()
+            if versioned is not None and self.lacks(versioned):
+                raise pynvml.NVMLLibraryMismatchError(
+                    f"{name}: the driver has no {versioned}; call a versioned function"
+                )
             if not device:
                 self.faults.before_call(name, None)
                 self._latency()
@@ -255,6 +279,13 @@ class FakeNvml:
             return method(gpu, instance, *args[1:], **kwargs)
 
         return call
+
+    def lacks(self, symbol: str) -> bool:
+        """Whether the fleet's driver has no C symbol of this name."""
+        minimum = MIN_DRIVER_FOR.get(symbol)
+        if minimum is not None and self.fleet.driver_major < minimum:
+            return True
+        return symbol in REMOVED_IN.get(self.fleet.driver_version, ())
 
     def _latency(self) -> None:
         if self.call_latency_s > 0:
@@ -993,11 +1024,135 @@ class FakeNvml:
             raise pynvml.NVMLError_NotSupported()
         raise pynvml.NVMLError_NoPermission()
 
+    # ---- Processes (docs/nvml.md, 'Process accounting') ----
+
+    def _running(
+        self, gpu: SimGpu, instance: SimMigInstance | None, compute: bool = True
+    ) -> list[Any]:
+        # A MIG-enabled parent's handle answers with every instance's processes, and only to a
+        # privileged caller; a MIG device handle lists its own instance's.
+        if gpu.mig_enabled and instance is None and not self.fleet.nvml_privileged:
+            raise pynvml.NVMLError_NoPermission()
+        if self.processes is None or not compute:
+            return []  # no display and no MPS server on the simulated node
+        compute_instances = {m.gpu_instance_id: m.compute_instance_id for m in gpu.live_instances()}
+        listed = []
+        for process, used in self.processes.memory(gpu, instance, self.now()):
+            gi = process.gpu_instance_id
+            info = pynvml.c_nvmlProcessInfo_v2_t(
+                pid=process.pid,
+                usedGpuMemory=used,
+                gpuInstanceId=NO_INSTANCE if gi is None else gi,
+                computeInstanceId=NO_INSTANCE if gi is None else compute_instances[gi],
+            )
+            listed.append(pynvml.nvmlStructToFriendlyObject(info))
+        return listed
+
+    @_api(on_mig="ok")
+    def nvmlDeviceGetComputeRunningProcesses_v3(
+        self, gpu: SimGpu, instance: SimMigInstance | None
+    ) -> list[Any]:
+        return self._running(gpu, instance)
+
+    @_api(on_mig="ok")
+    def nvmlDeviceGetComputeRunningProcesses_v2(
+        self, gpu: SimGpu, instance: SimMigInstance | None
+    ) -> list[Any]:
+        return self._running(gpu, instance)
+
     @_api(on_mig="ok")
     def nvmlDeviceGetComputeRunningProcesses(
         self, gpu: SimGpu, instance: SimMigInstance | None
     ) -> list[Any]:
-        return []
+        return self._running(gpu, instance)
+
+    @_api(on_mig="ok")
+    def nvmlDeviceGetGraphicsRunningProcesses_v3(
+        self, gpu: SimGpu, instance: SimMigInstance | None
+    ) -> list[Any]:
+        return self._running(gpu, instance, compute=False)
+
+    @_api(on_mig="ok")
+    def nvmlDeviceGetGraphicsRunningProcesses_v2(
+        self, gpu: SimGpu, instance: SimMigInstance | None
+    ) -> list[Any]:
+        return self._running(gpu, instance, compute=False)
+
+    @_api(on_mig="ok")
+    def nvmlDeviceGetGraphicsRunningProcesses(
+        self, gpu: SimGpu, instance: SimMigInstance | None
+    ) -> list[Any]:
+        return self._running(gpu, instance, compute=False)
+
+    @_api(on_mig="ok")
+    def nvmlDeviceGetMPSComputeRunningProcesses_v3(
+        self, gpu: SimGpu, instance: SimMigInstance | None
+    ) -> list[Any]:
+        return self._running(gpu, instance, compute=False)
+
+    @_api(on_mig="ok")
+    def nvmlDeviceGetMPSComputeRunningProcesses_v2(
+        self, gpu: SimGpu, instance: SimMigInstance | None
+    ) -> list[Any]:
+        return self._running(gpu, instance, compute=False)
+
+    @_api(on_mig="ok")
+    def nvmlDeviceGetMPSComputeRunningProcesses(
+        self, gpu: SimGpu, instance: SimMigInstance | None
+    ) -> list[Any]:
+        return self._running(gpu, instance, compute=False)
+
+    def _samples(self, gpu: SimGpu, last_seen: int) -> tuple[int, list[ProcessUse]]:
+        """(timestamp, busy processes) of the sample newer than `last_seen`, or NOT_FOUND.
+
+        The simulated board samples continuously, as its utilization rates do: a query sees one
+        sample per busy process, stamped with the query's instant."""
+        if gpu.mig_enabled:
+            raise pynvml.NVMLError_NotSupported()  # no per-process utilization under MIG
+        since = ctypes.c_ulonglong(last_seen).value  # what the binding passes to the driver
+        stamp = self.timestamp_us()
+        if self.processes is None or stamp <= since:
+            raise pynvml.NVMLError_NotFound()
+        busy = [use for use in self.processes.utilization(gpu, self.now()) if use.busy]
+        if not busy:
+            raise pynvml.NVMLError_NotFound()
+        return stamp, busy
+
+    @_api()
+    def nvmlDeviceGetProcessUtilization(
+        self, gpu: SimGpu, instance: None, last_seen: int
+    ) -> list[Any]:
+        stamp, busy = self._samples(gpu, last_seen)
+        return [
+            pynvml.c_nvmlProcessUtilizationSample_t(
+                pid=use.process.pid,
+                timeStamp=stamp,
+                smUtil=use.sm_pct,
+                memUtil=use.memory_pct,
+                encUtil=use.encoder_pct,
+                decUtil=use.decoder_pct,
+            )
+            for use in busy
+        ]
+
+    @_api()
+    def nvmlDeviceGetProcessesUtilizationInfo(
+        self, gpu: SimGpu, instance: None, last_seen: int
+    ) -> list[Any]:
+        stamp, busy = self._samples(gpu, last_seen)
+        return [
+            pynvml.c_nvmlProcessUtilizationInfo_v1_t(
+                timeStamp=stamp,
+                pid=use.process.pid,
+                smUtil=use.sm_pct,
+                memUtil=use.memory_pct,
+                encUtil=use.encoder_pct,
+                decUtil=use.decoder_pct,
+                jpgUtil=0,
+                ofaUtil=0,
+            )
+            for use in busy
+        ]
 
     # ---- Events ----
 

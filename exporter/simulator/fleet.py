@@ -17,6 +17,14 @@ from exporter.simulator.mig_layout import MigLayoutError, PlacedInstance, place
 WORKLOADS = ("training", "inference", "batch", "idle")
 ALLOCATIONS = ("device-plugin", "dra")
 VGPU_LICENSES = ("licensed", "unlicensed")
+# How the simulated host's /proc/<pid>/cgroup names a container's cgroup: the kubelet's cgroup
+# driver, the container runtime, and the cgroup version (exporter/simulator/host_tree.py).
+CGROUP_LAYOUTS = (
+    "systemd-containerd-v2",
+    "systemd-crio-v2",
+    "cgroupfs-containerd-v1",
+    "cgroupfs-containerd-v2",
+)
 MAX_GPUS = 64
 MAX_FILE_BYTES = 1 << 20
 SHOWN_KEY = 40
@@ -54,6 +62,7 @@ class FleetSpec:
     # NVML answers the calls it keeps for privileged callers (nvmlDeviceGetGpuInstanceById and
     # nvmlGpuInstanceGetInfo: MIG placements), as for an exporter run as root with CAP_SYS_ADMIN.
     nvml_privileged: bool = False
+    cgroup_layout: str = CGROUP_LAYOUTS[0]
 
     @property
     def driver_major(self) -> int:
@@ -157,6 +166,7 @@ class _Parser:
                 "latency",
                 "allocation",
                 "nvml_privileged",
+                "cgroup_layout",
                 "gpus",
             },
         )
@@ -181,6 +191,12 @@ class _Parser:
         privileged = top.get("nvml_privileged", False)
         if not isinstance(privileged, bool):
             raise self._fail("nvml_privileged", f"expected true or false, got {_kind(privileged)}")
+        layout = top.get("cgroup_layout", CGROUP_LAYOUTS[0])
+        if layout not in CGROUP_LAYOUTS:
+            raise self._fail(
+                "cgroup_layout",
+                f"{small_yaml.shown(layout)} is not one of {', '.join(CGROUP_LAYOUTS)}",
+            )
         gpus_doc = top.get("gpus")
         if not isinstance(gpus_doc, list) or not gpus_doc:
             raise self._fail("gpus", f"expected a non-empty list, got {_kind(gpus_doc)}")
@@ -190,7 +206,16 @@ class _Parser:
             if len(gpus) + count > MAX_GPUS:
                 raise self._fail(f"gpus[{i}].count", f"the node would exceed {MAX_GPUS} GPUs")
             gpus.extend([spec] * count)
-        return FleetSpec(node_name, driver, seed, call_us, pcie_ms, tuple(gpus), privileged)
+        return FleetSpec(
+            node_name,
+            driver,
+            seed,
+            call_us,
+            pcie_ms,
+            tuple(gpus),
+            privileged,
+            cgroup_layout=str(layout),
+        )
 
     def _allocation(self, value: Any, path: str) -> str:
         if value not in ALLOCATIONS:

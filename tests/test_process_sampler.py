@@ -1,0 +1,696 @@
+"""NVML process accounting: memory per process over the three process lists, SM use per process
+in timestamp windows, MIG instances (memory only, never the parent handle), the v2 -> v1 and
+_v3 -> _v2 fallbacks, owners from a `PidOwners`, and failures that stay on their GPU.
+
+Most tests patch stand-ins for the process calls over the simulator's GPUs, so that each NVML
+answer (NOT_FOUND, a missing symbol, a windowed sample list) is exactly the one a test needs; the
+last ones run against the simulator's own process table."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from typing import Any
+from unittest import mock
+
+import pynvml
+import pytest
+
+from benchmarks import process_accounting
+from exporter.config import CollectionConfig
+from exporter.nvml.error_tally import ErrorTally
+from exporter.nvml.guarded_calls import GuardedNvml
+from exporter.nvml.helper import LiveGpu
+from exporter.nvml.helper_registry import build_helpers
+from exporter.nvml.mig_reader import MigReader
+from exporter.nvml.process_sampler import ProcessSampler
+from exporter.poller import Poller
+from exporter.processes.owner import EXITED, HOST, ProcessOwner
+from exporter.simulator.fake_kubelet import FakeKubelet
+from exporter.simulator.fake_nvml import FakeNvml
+from exporter.simulator.fleet import default_fleet
+from exporter.simulator.processes import ProcessTable
+from exporter.snapshot import GpuIdentity, GpuProcess, GpuSnapshot
+from tests.conftest import FAST, fleet_from_yaml, quiet
+
+# Two whole GPUs and a MIG GPU with two instances.
+FLEET = """
+    gpus:
+      - {model: H100-80GB-HBM3, workload: training}
+      - {model: H100-80GB-HBM3, workload: inference}
+      - model: H100-80GB-HBM3
+        workload: inference
+        mig: [1g.10gb, 3g.40gb]
+"""
+GIB = 1 << 30
+NO_INSTANCE = 0xFFFFFFFF
+# What nvidia-ml-py's unversioned list wrappers raise on a driver without the _v3 symbols.
+MISMATCH = pynvml.NVMLLibraryMismatchError("the driver has no _v3 symbol")
+_LIST_FUNCTIONS = {
+    "Compute": "compute",
+    "Graphics": "graphics",
+    "MPSCompute": "mps",
+}
+
+
+@dataclass
+class StandIn:
+    """Process answers per device uuid (a GPU's, or a MIG device's), in NVML's shapes."""
+
+    compute: dict[str, list[tuple[int, int | None]]] = field(default_factory=dict)
+    graphics: dict[str, list[tuple[int, int | None]]] = field(default_factory=dict)
+    mps: dict[str, list[tuple[int, int | None]]] = field(default_factory=dict)
+    # uuid -> (pid, timestamp µs, SM %) samples the driver holds.
+    samples: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
+    # function name -> uuid -> what it raises instead of answering; "*" for every device.
+    errors: dict[str, dict[str, BaseException]] = field(default_factory=dict)
+    # (function, uuid) per call, and the timestamps each utilization call asked from.
+    calls: Counter[tuple[str, str]] = field(default_factory=Counter)
+    asked_since: dict[str, list[int]] = field(default_factory=dict)
+
+    def install(self) -> ExitStack:
+        stack = ExitStack()
+        for kind, table in _LIST_FUNCTIONS.items():
+            for suffix in ("", "_v2"):
+                name = f"nvmlDeviceGet{kind}RunningProcesses{suffix}"
+                stack.enter_context(
+                    mock.patch.object(pynvml, name, self._lister(name, getattr(self, table)))
+                )
+        stack.enter_context(
+            mock.patch.object(
+                pynvml,
+                "nvmlDeviceGetProcessesUtilizationInfo",
+                self._sampler(
+                    "nvmlDeviceGetProcessesUtilizationInfo",
+                    lambda pid, stamp, sm: pynvml.c_nvmlProcessUtilizationInfo_v1_t(
+                        timeStamp=stamp, pid=pid, smUtil=sm, memUtil=sm // 2
+                    ),
+                ),
+            )
+        )
+        stack.enter_context(
+            mock.patch.object(
+                pynvml,
+                "nvmlDeviceGetProcessUtilization",
+                self._sampler(
+                    "nvmlDeviceGetProcessUtilization",
+                    lambda pid, stamp, sm: pynvml.c_nvmlProcessUtilizationSample_t(
+                        pid=pid, timeStamp=stamp, smUtil=sm, memUtil=sm // 2
+                    ),
+                ),
+            )
+        )
+        return stack
+
+    def _raise_if_told(self, name: str, uuid: str) -> None:
+        told = self.errors.get(name, {})
+        error = told.get(uuid) or told.get("*")
+        if error is not None:
+            raise error
+
+    def _lister(self, name: str, table: dict[str, list[tuple[int, int | None]]]) -> Callable:
+        def list_processes(handle: Any) -> list[Any]:
+            uuid = pynvml.nvmlDeviceGetUUID(handle)
+            self.calls[(name, uuid)] += 1
+            self._raise_if_told(name, uuid)
+            rows = []
+            for pid, memory in table.get(uuid, []):
+                row = pynvml.nvmlStructToFriendlyObject(
+                    pynvml.c_nvmlProcessInfo_v3_t(
+                        pid=pid,
+                        usedGpuMemory=memory or 0,
+                        gpuInstanceId=NO_INSTANCE,
+                        computeInstanceId=NO_INSTANCE,
+                    )
+                )
+                if memory is None:  # what nvidia-ml-py makes of NVML_VALUE_NOT_AVAILABLE
+                    row.usedGpuMemory = None
+                rows.append(row)
+            return rows
+
+        return list_processes
+
+    def _sampler(self, name: str, make: Callable[[int, int, int], Any]) -> Callable:
+        def utilization(handle: Any, since: int) -> list[Any]:
+            uuid = pynvml.nvmlDeviceGetUUID(handle)
+            self.calls[(name, uuid)] += 1
+            self.asked_since.setdefault(uuid, []).append(since)
+            self._raise_if_told(name, uuid)
+            newer = [make(*s) for s in self.samples.get(uuid, []) if s[1] > since]
+            if not newer:
+                raise pynvml.NVMLError_NotFound()
+            return newer
+
+        return utilization
+
+    def called(self, name: str, uuid: str | None = None) -> int:
+        return sum(n for (f, u), n in self.calls.items() if f == name and uuid in (None, u))
+
+
+class FakeOwners:
+    """A `PidOwners` answering from a table; unknown PIDs have exited."""
+
+    def __init__(self, table: dict[int, ProcessOwner | str], problem: str | None = None) -> None:
+        self.table = table
+        self.trouble = problem
+        self.lookups: Counter[int] = Counter()
+
+    def owner(self, pid: int) -> ProcessOwner | str:
+        self.lookups[pid] += 1
+        return self.table.get(pid, EXITED)
+
+    def problem(self) -> str | None:
+        return self.trouble
+
+
+TRAINER = ProcessOwner("uid-a", "c-a", "ml", "trainer-0", "main")
+SERVER = ProcessOwner("uid-b", "c-b", "web", "server-1", "model")
+
+
+@pytest.fixture
+def sim(make_sim: Callable[..., FakeNvml]) -> Iterator[FakeNvml]:
+    sim = make_sim(fleet_from_yaml(FLEET))
+    pynvml.nvmlInit()
+    yield sim
+    pynvml.nvmlShutdown()
+
+
+@pytest.fixture
+def nvml() -> Iterator[StandIn]:
+    stand_in = StandIn()
+    with stand_in.install():
+        yield stand_in
+
+
+@pytest.fixture
+def tally() -> ErrorTally:
+    return ErrorTally()
+
+
+@pytest.fixture
+def owners() -> FakeOwners:
+    return FakeOwners({101: TRAINER, 102: TRAINER, 201: SERVER, 7: HOST})
+
+
+def live(sim: FakeNvml) -> list[LiveGpu]:
+    return [
+        LiveGpu(
+            g.index,
+            g.uuid,
+            tuple(m.gpu_instance_id for m in g.live_instances()) if g.mig_enabled else None,
+        )
+        for g in sim.gpus
+    ]
+
+
+def mig_uuids(sim: FakeNvml) -> dict[int, str]:
+    """GPU-instance id -> MIG device uuid, for the MIG GPU."""
+    return {m.gpu_instance_id: m.uuid for m in sim.gpus[2].live_instances()}
+
+
+@pytest.fixture
+def make_sampler(
+    sim: FakeNvml, tally: ErrorTally, owners: FakeOwners
+) -> Iterator[Callable[..., ProcessSampler]]:
+    samplers: list[ProcessSampler] = []
+
+    def make(pid_owners: FakeOwners = owners) -> ProcessSampler:
+        nvml = GuardedNvml(tally)
+        sampler = ProcessSampler(nvml, MigReader(nvml, 60.0), pid_owners, interval_seconds=0.05)
+        sampler.track(live(sim))
+        samplers.append(sampler)
+        return sampler
+
+    yield make
+    for sampler in samplers:
+        sampler.stop()
+
+
+def by_pid(processes: tuple[GpuProcess, ...] | None) -> dict[int, GpuProcess]:
+    assert processes is not None
+    return {p.pid: p for p in processes}
+
+
+def errors(tally: ErrorTally) -> dict[tuple[str, str], int]:
+    return dict(tally.snapshot())
+
+
+def snapshot_of(sim: FakeNvml, index: int) -> GpuSnapshot:
+    gpu = sim.gpus[index]
+    return GpuSnapshot(
+        GpuIdentity(index, gpu.uuid, "", "", mig_enabled=gpu.mig_enabled), up=True, readings=None
+    )
+
+
+# ---- memory per process ----
+
+
+def test_memory_per_process_over_the_three_lists(sim, nvml, owners, make_sampler):
+    uuid = sim.gpus[0].uuid
+    nvml.compute[uuid] = [(201, 4 * GIB), (101, 10 * GIB), (7, GIB)]
+    nvml.graphics[uuid] = [(101, 12 * GIB)]  # also a graphics client: its larger figure wins
+    nvml.mps[uuid] = [(102, None), (201, 2 * GIB)]  # NVML could not tell 102's memory
+    sampler = make_sampler()
+    sampler.sample_once()
+
+    processes = sampler.latest(uuid)
+    assert [p.pid for p in processes] == [7, 101, 102, 201]
+    found = by_pid(processes)
+    assert found[101].used_memory_bytes == 12 * GIB
+    assert found[201].used_memory_bytes == 4 * GIB
+    assert found[102].used_memory_bytes is None
+    assert found[101].owner == TRAINER and found[101].unattributed_reason == ""
+    assert found[7].owner is None and found[7].unattributed_reason == HOST
+    assert all(p.gpu_instance_id is None for p in processes)
+    assert sampler.latest(sim.gpus[1].uuid) == ()  # asked, and nothing runs there
+    assert sampler.last_success
+
+
+def test_a_pid_in_two_lists_keeps_the_figure_nvml_knows(sim, nvml, make_sampler):
+    uuid = sim.gpus[0].uuid
+    nvml.compute[uuid] = [(101, None)]
+    nvml.graphics[uuid] = [(101, 3 * GIB)]
+    sampler = make_sampler()
+    sampler.sample_once()
+    [process] = sampler.latest(uuid)
+    assert (process.pid, process.used_memory_bytes) == (101, 3 * GIB)
+
+
+def test_merge_fills_the_gpu_snapshot(sim, nvml, make_sampler):
+    nvml.compute[sim.gpus[1].uuid] = [(201, GIB)]
+    sampler = make_sampler()
+    before = snapshot_of(sim, 1)
+    assert sampler.merge(before) is before  # nothing sampled yet: not collected, not empty
+    sampler.sample_once()
+    merged = sampler.merge(before)
+    assert merged.processes == (
+        GpuProcess(201, None, GIB, sm_util_pct=0, owner=SERVER, unattributed_reason=""),
+    )
+
+
+def test_one_owner_lookup_per_pid_per_round(sim, nvml, owners, make_sampler):
+    # An MPS server's clients, or one process driving two GPUs, appear on both.
+    for gpu in sim.gpus[:2]:
+        nvml.compute[gpu.uuid] = [(101, GIB), (201, GIB)]
+    sampler = make_sampler()
+    sampler.sample_once()
+    assert owners.lookups == {101: 1, 201: 1}
+    sampler.sample_once()
+    assert owners.lookups == {101: 2, 201: 2}  # the resolver caches; a round asks it again
+
+
+def test_an_unsupported_list_is_empty_and_not_asked_again(sim, nvml, tally, make_sampler):
+    uuid = sim.gpus[0].uuid
+    nvml.compute[uuid] = [(101, GIB)]
+    nvml.errors["nvmlDeviceGetGraphicsRunningProcesses"] = {uuid: pynvml.NVMLError_NotSupported()}
+    sampler = make_sampler()
+    for _ in range(3):
+        sampler.sample_once()
+        assert [p.pid for p in sampler.latest(uuid)] == [101]
+        assert sampler.last_success
+    assert nvml.called("nvmlDeviceGetGraphicsRunningProcesses", uuid) == 1
+    assert errors(tally) == {("nvmlDeviceGetGraphicsRunningProcesses", "NOT_SUPPORTED"): 1}
+
+
+def test_a_driver_without_the_v3_lists_is_read_through_v2(sim, nvml, make_sampler):
+    uuid = sim.gpus[0].uuid
+    nvml.compute[uuid] = [(101, 5 * GIB)]
+    for kind in _LIST_FUNCTIONS:
+        nvml.errors[f"nvmlDeviceGet{kind}RunningProcesses"] = {"*": MISMATCH}
+    sampler = make_sampler()
+    sampler.sample_once()
+    sampler.sample_once()
+    assert by_pid(sampler.latest(uuid))[101].used_memory_bytes == 5 * GIB
+    assert sampler.last_success
+    assert nvml.called("nvmlDeviceGetComputeRunningProcesses", uuid) == 1  # remembered
+    assert nvml.called("nvmlDeviceGetComputeRunningProcesses_v2", uuid) == 2
+
+
+# ---- SM use per process ----
+
+
+def test_not_found_means_no_busy_process(sim, nvml, tally, make_sampler):
+    uuid = sim.gpus[0].uuid
+    nvml.compute[uuid] = [(101, GIB), (201, GIB)]  # no samples: NVML answers NOT_FOUND
+    sampler = make_sampler()
+    sampler.sample_once()
+    assert [p.sm_util_pct for p in sampler.latest(uuid)] == [0, 0]
+    assert sampler.last_success
+    assert errors(tally) == {}
+
+
+def test_samples_are_averaged_per_window_and_the_next_window_starts_after_the_newest(
+    sim, nvml, make_sampler
+):
+    uuid = sim.gpus[0].uuid
+    nvml.compute[uuid] = [(101, GIB), (201, GIB)]
+    nvml.samples[uuid] = [(101, 1_000, 40), (201, 1_500, 10), (101, 2_000, 60)]
+    sampler = make_sampler()
+    sampler.sample_once()
+    assert {p.pid: p.sm_util_pct for p in sampler.latest(uuid)} == {101: 50, 201: 10}
+
+    nvml.samples[uuid].append((201, 3_000, 30))
+    sampler.sample_once()
+    # Only the new sample counts: 101 was idle in this window.
+    assert {p.pid: p.sm_util_pct for p in sampler.latest(uuid)} == {101: 0, 201: 30}
+    sampler.sample_once()  # nothing newer than 3000: NOT_FOUND
+    assert {p.pid: p.sm_util_pct for p in sampler.latest(uuid)} == {101: 0, 201: 0}
+    assert nvml.asked_since[uuid] == [0, 2_000, 3_000]
+
+
+def test_samples_at_or_before_the_window_start_are_ignored(sim, nvml, make_sampler):
+    uuid = sim.gpus[0].uuid
+    nvml.compute[uuid] = [(101, GIB)]
+    nvml.samples[uuid] = [(101, 2_000, 90)]
+    sampler = make_sampler()
+    sampler.sample_once()
+    # A driver that hands back the boundary sample with a new one must not count it twice.
+    with mock.patch.object(
+        pynvml,
+        "nvmlDeviceGetProcessesUtilizationInfo",
+        lambda handle, since: [
+            pynvml.c_nvmlProcessUtilizationInfo_v1_t(timeStamp=2_000, pid=101, smUtil=90),
+            pynvml.c_nvmlProcessUtilizationInfo_v1_t(timeStamp=2_500, pid=101, smUtil=20),
+        ],
+    ):
+        sampler.sample_once()
+    assert by_pid(sampler.latest(uuid))[101].sm_util_pct == 20
+
+
+@pytest.mark.parametrize(
+    "missing",
+    [pynvml.NVMLError_FunctionNotFound(), pynvml.NVMLError_NotSupported(), MISMATCH],
+    ids=["function-not-found", "not-supported", "library-mismatch"],
+)
+def test_utilization_falls_back_to_v1_per_device(sim, nvml, make_sampler, missing):
+    old, new = sim.gpus[0].uuid, sim.gpus[1].uuid
+    for uuid in (old, new):
+        nvml.compute[uuid] = [(101, GIB)]
+        nvml.samples[uuid] = [(101, 1_000, 70)]
+    nvml.errors["nvmlDeviceGetProcessesUtilizationInfo"] = {old: missing}
+    sampler = make_sampler()
+    sampler.sample_once()
+    assert by_pid(sampler.latest(old))[101].sm_util_pct == 70
+    sampler.sample_once()
+    assert by_pid(sampler.latest(old))[101].sm_util_pct == 0  # nothing newer: idle
+    assert nvml.called("nvmlDeviceGetProcessesUtilizationInfo", old) == 1  # remembered
+    assert nvml.called("nvmlDeviceGetProcessUtilization", old) == 2
+    assert nvml.asked_since[old] == [0, 0, 1_000]  # v2 refused at 0; v1 asked twice
+    assert nvml.called("nvmlDeviceGetProcessUtilization", new) == 0  # its driver path is v2
+    assert sampler.last_success
+
+
+def test_v1_window_values(sim, nvml, make_sampler):
+    uuid = sim.gpus[0].uuid
+    nvml.compute[uuid] = [(101, GIB), (201, GIB)]
+    nvml.samples[uuid] = [(101, 1_000, 70), (201, 1_100, 20), (201, 1_200, 30)]
+    nvml.errors["nvmlDeviceGetProcessesUtilizationInfo"] = {"*": pynvml.NVMLError_NotSupported()}
+    sampler = make_sampler()
+    sampler.sample_once()
+    assert {p.pid: p.sm_util_pct for p in sampler.latest(uuid)} == {101: 70, 201: 25}
+
+
+def test_no_per_process_utilization_at_all_keeps_the_memory(sim, nvml, tally, make_sampler):
+    uuid = sim.gpus[0].uuid
+    nvml.compute[uuid] = [(101, GIB)]
+    nvml.errors["nvmlDeviceGetProcessesUtilizationInfo"] = {"*": pynvml.NVMLError_NotSupported()}
+    nvml.errors["nvmlDeviceGetProcessUtilization"] = {"*": pynvml.NVMLError_NotSupported()}
+    sampler = make_sampler()
+    sampler.sample_once()
+    sampler.sample_once()
+    [process] = sampler.latest(uuid)
+    assert process.sm_util_pct is None and process.used_memory_bytes == GIB
+    assert sampler.last_success
+    assert nvml.called("nvmlDeviceGetProcessUtilization", uuid) == 1
+    # Counted once per whole GPU (the MIG GPU is never asked), as the guard counts refusals.
+    assert errors(tally)[("nvmlDeviceGetProcessUtilization", "NOT_SUPPORTED")] == 2
+
+
+# ---- MIG ----
+
+
+def test_mig_instances_give_memory_only_and_the_parent_is_never_asked(sim, nvml, make_sampler):
+    parent = sim.gpus[2].uuid
+    instances = mig_uuids(sim)
+    small, large = sorted(instances)
+    nvml.compute[instances[small]] = [(101, GIB)]
+    nvml.compute[instances[large]] = [(201, 20 * GIB), (7, GIB)]
+    # Unprivileged, the parent handle's answers are refusals; the sampler must not need them.
+    for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetProcessesUtilizationInfo"):
+        nvml.errors[name] = {parent: pynvml.NVMLError_NoPermission()}
+    sampler = make_sampler()
+    sampler.sample_once()
+
+    processes = sampler.latest(parent)
+    assert [(p.pid, p.gpu_instance_id, p.used_memory_bytes) for p in processes] == [
+        (7, large, GIB),
+        (101, small, GIB),
+        (201, large, 20 * GIB),
+    ]
+    assert all(p.sm_util_pct is None for p in processes)
+    assert by_pid(processes)[201].owner == SERVER
+    assert [u for (_f, u) in nvml.calls if u == parent] == []
+    assert sampler.last_success
+
+
+# ---- failures ----
+
+
+def test_one_failing_gpu_does_not_lose_the_others(sim, nvml, tally, make_sampler):
+    broken, fine = sim.gpus[0].uuid, sim.gpus[1].uuid
+    nvml.compute[broken] = [(101, GIB)]
+    nvml.compute[fine] = [(201, GIB)]
+    sampler = make_sampler()
+    sampler.sample_once()
+    assert sampler.latest(broken) is not None
+    nvml.errors["nvmlDeviceGetComputeRunningProcesses"] = {broken: pynvml.NVMLError_Unknown()}
+    sampler.sample_once()
+    assert not sampler.last_success
+    assert sampler.latest(broken) is None  # a partial list would undercount its pods
+    assert sampler.merge(snapshot_of(sim, 0)).processes is None
+    assert [p.pid for p in sampler.latest(fine)] == [201]
+    assert errors(tally) == {("nvmlDeviceGetComputeRunningProcesses", "UNKNOWN"): 1}
+
+    del nvml.errors["nvmlDeviceGetComputeRunningProcesses"]
+    sampler.sample_once()  # a transient error is asked again next round
+    assert sampler.last_success and [p.pid for p in sampler.latest(broken)] == [101]
+
+
+def test_a_failing_utilization_window_fails_its_gpu_only(sim, nvml, tally, make_sampler):
+    broken, fine = sim.gpus[0].uuid, sim.gpus[1].uuid
+    for uuid in (broken, fine):
+        nvml.compute[uuid] = [(101, GIB)]
+    nvml.errors["nvmlDeviceGetProcessesUtilizationInfo"] = {broken: pynvml.NVMLError_Unknown()}
+    sampler = make_sampler()
+    sampler.sample_once()
+    assert not sampler.last_success
+    assert sampler.latest(broken) is None and sampler.latest(fine) is not None
+    assert errors(tally) == {("nvmlDeviceGetProcessesUtilizationInfo", "UNKNOWN"): 1}
+
+
+def test_a_lost_gpu_does_not_lose_the_others(sim, nvml, make_sampler):
+    nvml.compute[sim.gpus[1].uuid] = [(201, GIB)]
+    sampler = make_sampler()
+    sim.lose_gpu(0)
+    sampler.sample_once()
+    assert not sampler.last_success
+    assert sampler.latest(sim.gpus[0].uuid) is None
+    assert [p.pid for p in sampler.latest(sim.gpus[1].uuid)] == [201]
+
+
+def test_attribution_impossible_fails_the_round_with_one_log_line(sim, nvml, make_sampler, caplog):
+    nvml.compute[sim.gpus[0].uuid] = [(101, GIB)]
+    owners = FakeOwners({101: TRAINER}, problem="/proc is not the host's PID namespace")
+    sampler = make_sampler(owners)
+    caplog.set_level(logging.INFO, logger="exporter.nvml.process_sampler")
+    for _ in range(3):
+        sampler.sample_once()
+        assert not sampler.last_success
+        assert not sampler.status().success
+        assert sampler.latest(sim.gpus[0].uuid) is None
+        assert sampler.merge(snapshot_of(sim, 0)).processes is None
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "host's PID namespace" in warnings[0].getMessage()
+    assert sum(nvml.calls.values()) == 0  # nothing asked of NVML for data nobody can attribute
+
+    owners.trouble = None
+    sampler.sample_once()
+    assert sampler.last_success
+    assert by_pid(sampler.latest(sim.gpus[0].uuid))[101].owner == TRAINER
+
+
+def test_invalidate_starts_the_windows_again(sim, nvml, make_sampler):
+    uuid = sim.gpus[0].uuid
+    nvml.compute[uuid] = [(101, GIB)]
+    nvml.samples[uuid] = [(101, 1_000, 70)]
+    sampler = make_sampler()
+    sampler.sample_once()
+    sampler.invalidate()
+    assert sampler.latest(uuid) is None
+    sampler.sample_once()
+    # A reloaded driver's clock and samples are its own: the window starts from nothing.
+    assert nvml.asked_since[uuid] == [0, 0]
+
+
+# ---- wiring ----
+
+
+def test_the_registry_adds_the_sampler_only_when_enabled(owners):
+    tally = ErrorTally()
+    nvml = GuardedNvml(tally)
+
+    def names(config: CollectionConfig, **kwargs: Any) -> list[str]:
+        return [h.collector for h in build_helpers(config, nvml, tally, lambda u: None, **kwargs)]
+
+    enabled = CollectionConfig(processes_enabled=True)
+    assert names(enabled, pid_owners=owners) == ["xid", "pcie", "gpm", "processes"]
+    # Without owners given, the host's /proc and /var/log at the configured roots serve.
+    assert names(enabled) == ["xid", "pcie", "gpm", "processes"]
+    assert names(CollectionConfig(), pid_owners=owners) == ["xid", "pcie", "gpm"]
+
+
+def test_the_poller_reports_processes_per_gpu(sim, nvml, owners):
+    nvml.compute[sim.gpus[0].uuid] = [(101, GIB)]
+    nvml.compute[mig_uuids(sim)[min(mig_uuids(sim))]] = [(201, GIB)]
+    config = replace(FAST, processes_enabled=True, xid_enabled=False, gpm_enabled=False)
+    poller = Poller(config, lambda s: None, workers=4, helper_threads=False, pid_owners=owners)
+    try:
+        poller.sweep()  # tells the helpers which GPUs answered
+        poller.run_helpers_once()
+        snapshot = poller.sweep()
+    finally:
+        poller.stop(timeout=2.0)
+    statuses = {c.name: c.success for c in snapshot.collectors}
+    assert statuses["processes"] is True
+    gpus = {g.identity.index: g for g in snapshot.gpus}
+    assert [p.owner for p in gpus[0].processes] == [TRAINER]
+    assert gpus[1].processes == ()
+    assert [(p.pid, p.sm_util_pct) for p in gpus[2].processes] == [(201, None)]
+
+
+def test_the_benchmark_times_full_rounds_of_every_process():
+    # It raises unless every round succeeded and found all 2 x 5 processes.
+    figures = process_accounting.measure(gpus=2, processes=5, repeat=1)
+    assert set(figures) == {"table", "host", "binding"}
+    assert all(ms > 0 for ms in figures.values())
+
+
+# ---- against the simulator's processes ----
+
+
+class SimNode:
+    """The default simulated node with its pods' processes, on a clock the test steps."""
+
+    def __init__(self, tmp_path: Any, driver_version: str | None = None) -> None:
+        fleet = quiet(default_fleet())
+        if driver_version is not None:
+            fleet = replace(fleet, driver_version=driver_version)
+        self.t = 0.0
+        self.nvml = FakeNvml(fleet, clock=lambda: self.t).install()
+        pynvml.nvmlInit()
+        self.nvml.processes = ProcessTable(self.nvml, FakeKubelet(self.nvml, tmp_path / "k.sock"))
+        self.tally = ErrorTally()
+        guarded = GuardedNvml(self.tally)
+        self.sampler = ProcessSampler(
+            guarded, MigReader(guarded, 60.0), self.owners(), interval_seconds=1.0
+        )
+        self.sampler.track(live(self.nvml))
+
+    def owners(self) -> FakeOwners:
+        table = self.nvml.processes
+        assert table is not None
+        return FakeOwners(
+            {
+                p.pid: HOST
+                if p.container is None
+                else ProcessOwner(
+                    p.container.pod_uid,
+                    p.container.container_id,
+                    p.container.namespace,
+                    p.container.pod,
+                    p.container.name,
+                )
+                for p in table.processes()
+            }
+        )
+
+    def round(self, step_s: float = 1.0) -> None:
+        self.t += step_s
+        self.sampler.sample_once()
+
+    def close(self) -> None:
+        self.sampler.stop()
+        pynvml.nvmlShutdown()
+        self.nvml.uninstall()
+
+
+@pytest.fixture
+def node(tmp_path: Any) -> Iterator[SimNode]:
+    node = SimNode(tmp_path)
+    yield node
+    node.close()
+
+
+def test_simulated_processes_add_up_to_their_devices(node: SimNode):
+    node.round()
+    node.round()
+    assert node.sampler.last_success and node.tally.snapshot() == ()
+    now = node.nvml.now()
+    for gpu in node.nvml.gpus:
+        processes = node.sampler.latest(gpu.uuid)
+        assert processes is not None
+        memory = sum(p.used_memory_bytes or 0 for p in processes)
+        assert memory <= gpu.memory(now)[2]  # the rest stays with the driver
+        if gpu.mig_enabled:
+            live_ids = {m.gpu_instance_id for m in gpu.live_instances()}
+            assert processes and {p.gpu_instance_id for p in processes} <= live_ids
+            assert all(p.sm_util_pct is None for p in processes)
+        else:
+            # One sample per busy process at the query's instant: the shares are the device's.
+            assert sum(p.sm_util_pct or 0 for p in processes) == round(gpu.utilization(now) * 100)
+    # The time-sliced GPU's pods each get their own share.
+    shared = {p.owner.pod for p in node.sampler.latest(node.nvml.gpus[3].uuid) or () if p.owner}
+    assert len(shared) >= 3
+
+
+def test_simulated_mig_parent_is_never_asked(node: SimNode):
+    node.round()
+    asked = node.nvml.calls
+    assert node.sampler.last_success
+    # The unprivileged parent would refuse (NO_PERMISSION), and the guard would count it.
+    assert not any(error == "NO_PERMISSION" for (_f, error), _n in node.tally.snapshot())
+    assert asked["nvmlDeviceGetProcessesUtilizationInfo"] == 6  # the six whole GPUs only
+
+
+def test_an_exited_process_leaves_the_next_round(node: SimNode):
+    node.round()
+    gpu = node.nvml.gpus[3]
+    before = node.sampler.latest(gpu.uuid) or ()
+    gone = before[0].pid
+    assert node.nvml.processes is not None
+    node.nvml.processes.exit(gone)
+    node.round()
+    after = node.sampler.latest(gpu.uuid) or ()
+    assert gone not in {p.pid for p in after} and len(after) == len(before) - 1
+
+
+def test_simulated_older_driver_uses_v2_lists_and_v1_utilization(tmp_path: Any):
+    node = SimNode(tmp_path, driver_version="535.98")  # no _v3 lists, no v2 utilization
+    try:
+        node.round()
+        node.round()
+        assert node.sampler.last_success
+        calls = node.nvml.calls
+        assert calls["nvmlDeviceGetComputeRunningProcesses_v2"] > 0
+        assert calls["nvmlDeviceGetProcessUtilization"] == 12  # 6 whole GPUs x 2 rounds
+        assert calls["nvmlDeviceGetProcessesUtilizationInfo"] == 6  # refused once per GPU
+        now = node.nvml.now()
+        busy = node.nvml.gpus[0]
+        processes = node.sampler.latest(busy.uuid) or ()
+        assert sum(p.sm_util_pct or 0 for p in processes) == round(busy.utilization(now) * 100)
+        assert all(p.used_memory_bytes for p in processes)
+    finally:
+        node.close()
