@@ -57,10 +57,12 @@ def _evaluated_at(api: PrometheusAPI, record: str, cluster) -> float:
     return float(stamp["value"][1])
 
 
-def _assert_same(recorded: dict[tuple, float], raw: dict[tuple, float], what: str) -> None:
+def _assert_same(
+    recorded: dict[tuple, float], raw: dict[tuple, float], what: str, rel_tol: float = 1e-9
+) -> None:
     assert recorded.keys() == raw.keys(), what
     for labels, value in recorded.items():
-        assert math.isclose(value, raw[labels], rel_tol=1e-9, abs_tol=1e-9), (
+        assert math.isclose(value, raw[labels], rel_tol=rel_tol, abs_tol=1e-9), (
             what,
             labels,
             value,
@@ -147,7 +149,11 @@ def test_device_history_windows_agree_with_the_raw_samples(cluster):
         recorded = _by_labels(api.query(f"{fn}({rule.record}[899s])", at))
         raw = _by_labels(api.query(rule.expr.replace("[5m]", "[899s]"), at))
         assert len(recorded) > 20
-        _assert_same(recorded, raw, rule.record)
+        # A window's range includes its left end, so where a node's samples fall exactly on the
+        # evaluation instants (the backfill starts on a block boundary of the wall clock), one
+        # sample sits in two windows: it moves a mean of thirty by a fraction of a percent, and
+        # a max not at all. A window that missed its samples would be far off either way.
+        _assert_same(recorded, raw, rule.record, 5e-3 if fn == "avg_over_time" else 1e-9)
 
 
 def test_every_dashboard_query_has_data(cluster):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.client
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,14 +14,13 @@ from collections.abc import Callable
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from bundle.localstack.processes import free_port as listen_port
 from tests.conftest import REPO, unexpected_lint_findings
 from tests.fake_kube_api import FakeKubeApi, write_kubeconfig
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return listen_port("127.0.0.1")
 
 
 def get(url: str, timeout: float = 5.0) -> tuple[int, str]:

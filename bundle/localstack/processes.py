@@ -4,6 +4,7 @@ readiness URL answers, and stopped with SIGTERM (then SIGKILL) so nothing outliv
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -31,12 +32,30 @@ def find_binary(*names: str, package: str) -> str:
     )
 
 
+# Listening ports come from below Linux's ephemeral range (32768-60999 by default): a port from
+# inside it, free when picked, can become the source port of some outgoing connection (a scrape,
+# an API watch) before the part that was to listen on it binds, and then that bind fails. A CI run
+# saw exactly that. Ports handed out once are not handed out again by this process.
+_LISTEN_PORTS = range(20000, 32000)
+_HANDED_OUT: set[int] = set()
+_pick = random.Random()
+
+
 def free_port(host: str) -> int:
-    """A port nobody listens on right now. Another process could take it before we bind it;
-    on loopback in a test run that race has not been seen."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A port nobody listens on right now, outside the ephemeral range, never one already handed
+    out by this process. Another process could still take it before it is bound; that is rare."""
+    for _ in range(1000):
+        port = _pick.choice(_LISTEN_PORTS)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise OSError(f"no free port in {_LISTEN_PORTS.start}-{_LISTEN_PORTS.stop - 1} on {host}")
 
 
 def http_ok(url: str, timeout: float = 1.0) -> bool:
