@@ -70,9 +70,10 @@ bench: $(VENV)/.installed system-deps
 soak: $(VENV)/.installed
 	$(PY) -m benchmarks.soak $(ARGS)
 
-## bundle: regenerate dashboards, rules and scrape configs from bundle/config.py
+## bundle: regenerate dashboards, rules and scrape configs from bundle/config.py; with
+## CONFIG=my.yaml OUT=DIR, your overrides of those defaults into DIR (OUT alone: the defaults)
 bundle: $(VENV)/.installed
-	$(PY) -m bundle.render
+	$(PY) -m bundle.render $(if $(CONFIG),--config '$(CONFIG)') $(if $(OUT),--out '$(OUT)')
 
 ## protos: regenerate the committed pod-resources gRPC stubs from their .proto
 protos: $(VENV)/.installed

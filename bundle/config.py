@@ -1,9 +1,10 @@
 """The one config every generated artifact is built from: selectors, label names, thresholds,
 `for` durations, severities, runbook URLs and dashboard identity.
 
-Users customise the bundle by overriding fields here (`dataclasses.replace`) and regenerating,
-never by editing the outputs. Every query in `alerts/`, `dashboards/` and `scrape-configs/`
-takes its selectors and label names from this object.
+Users customise the bundle with an overrides file (bundle/overrides.py; `make bundle
+CONFIG=my.yaml OUT=DIR`) or `dataclasses.replace`, and regenerate, never by editing the outputs.
+Every query in `alerts/`, `dashboards/` and `scrape-configs/` takes its selectors and label names
+from this object.
 """
 
 from __future__ import annotations

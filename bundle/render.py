@@ -2,10 +2,14 @@
 
     python -m bundle.render           # regenerate the committed files, every flavour
     python -m bundle.render --check   # exit 1 and name the files that differ
+    python -m bundle.render --config my.yaml --out DIR   # your overrides, into DIR
 
 Generation is deterministic, so the committed files are exactly what this prints. Each flavour
 (bundle/flavours.py) is one dcgm-exporter profile; the default one also gets the deploy manifests
 and scrape configs, and the others get a runbook and promtool tests derived from the default's.
+
+With --out, one config's files (the defaults, or them with an overrides file laid over them, see
+bundle/overrides.py) go into DIR at the same relative paths; the committed tree is left alone.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from bundle import overrides
 from bundle.config import DEFAULT, BundleConfig
 from bundle.flavours import FLAVOURS, flavour_paths, relocate
 
@@ -142,9 +147,25 @@ def drifted(root: Path = ROOT) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bundle.render", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--check", action="store_true", help="report drift, write nothing")
+    parser.add_argument(
+        "--config", type=Path, help="a YAML file of overrides to the defaults (needs --out)"
+    )
+    parser.add_argument("--out", type=Path, help="write one config's files into this directory")
     args = parser.parse_args(argv)
+    if args.check and (args.config or args.out):
+        parser.error("--check compares the committed files; it takes neither --config nor --out")
+    if args.config and not args.out:
+        # The committed files must stay the defaults' outputs (`--check` holds them to it).
+        parser.error("--config needs --out DIR: the committed files are generated from defaults")
+    if args.out:
+        return _render_into(args.out, args.config)
+    if not (ROOT / "pyproject.toml").is_file():
+        # Installed from a wheel, ROOT is site-packages: nothing committed there to regenerate.
+        parser.error("outside a source checkout, give --out DIR (and --config my.yaml)")
     if args.check:
         stale = drifted()
         for path in stale:
@@ -157,6 +178,28 @@ def main(argv: list[str] | None = None) -> int:
         target.write_text(content)
     for path in orphans(files):
         (ROOT / path).unlink()
+    return 0
+
+
+def _render_into(out: Path, config_path: Path | None) -> int:
+    try:
+        config = DEFAULT if config_path is None else overrides.load(config_path)
+    except overrides.OverrideError as exc:
+        print(f"bundle: {exc}", file=sys.stderr)
+        return 2
+    if out.exists() and not out.is_dir():
+        print(f"bundle: --out {out}: exists and is not a directory", file=sys.stderr)
+        return 2
+    files = artifacts(config)
+    try:
+        for path, content in files.items():
+            target = out / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content)
+    except OSError as exc:
+        print(f"bundle: --out {exc.filename or out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(f"bundle: wrote {len(files)} files under {out}", file=sys.stderr)
     return 0
 
 

@@ -13,6 +13,7 @@ import functools
 import logging
 import re
 import signal
+import socket
 import tempfile
 import threading
 from collections.abc import Callable, Coroutine, Iterator
@@ -30,7 +31,7 @@ from exporter.exposition.store import ExpositionStore
 from exporter.nvml.binding import check_binding
 from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
 from exporter.poller import Poller
-from exporter.server import build_app, serve
+from exporter.server import bind_listeners, build_app, serve
 from exporter.webconfig.reload import WebConfigReloader
 
 if TYPE_CHECKING:
@@ -39,21 +40,27 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def simulated_fleet(config: Config) -> Any:
+    """The fleet --simulate names; a bad fleet file is a ConfigurationError."""
+    from exporter.simulator.fleet import FleetError, resolve_fleet
+
+    try:
+        return resolve_fleet(config.fleet_file)
+    except FleetError as exc:
+        raise ConfigurationError(str(exc)) from None
+
+
 @contextlib.contextmanager
-def simulated_node(config: Config) -> Iterator[tuple[Any, Any, Config]]:
+def simulated_node(config: Config, fleet: Any = None) -> Iterator[tuple[Any, Any, Config]]:
     """Patch the simulated node into pynvml and start its fake kubelet; yields the simulator, the
-    kubelet and the config pointed at the fake socket. Imported lazily: production never loads
-    it."""
+    kubelet and the config pointed at the fake socket. `fleet` is from simulated_fleet, read
+    here when None. Imported lazily: production never loads it."""
     from exporter.simulator.fake_kubelet import FakeKubelet
     from exporter.simulator.fake_nvml import FakeNvml
-    from exporter.simulator.fleet import FleetError, resolve_fleet
     from exporter.simulator.host_tree import HostTree
     from exporter.simulator.processes import ProcessTable
 
-    try:
-        fleet = resolve_fleet(config.fleet_file)
-    except FleetError as exc:
-        raise ConfigurationError(str(exc)) from None
+    fleet = simulated_fleet(config) if fleet is None else fleet
     log.info(
         "simulating node %s with %d GPUs (driver %s)",
         fleet.node_name,
@@ -73,11 +80,34 @@ def simulated_node(config: Config) -> Iterator[tuple[Any, Any, Config]]:
             collection = replace(
                 collection, proc_root=str(tree.proc_root), log_root=str(tree.log_root)
             )
+        config = replace(config, attribution=attribution, collection=collection)
         try:
-            yield nvml, kubelet, replace(config, attribution=attribution, collection=collection)
+            with contextlib.ExitStack() as cluster:
+                if config.attribution.kubernetes_enabled and not config.attribution.kubeconfig:
+                    config = _with_simulated_cluster(cluster, nvml, kubelet, config, Path(tmp))
+                yield nvml, kubelet, config
         finally:
             kubelet.stop()
             nvml.uninstall()
+
+
+def _with_simulated_cluster(
+    stack: contextlib.ExitStack, nvml: Any, kubelet: Any, config: Config, directory: Path
+) -> Config:
+    """Serve the simulated node's pods, node and ResourceSlices from an in-process API until
+    `stack` closes, and point `config` at it: without a cluster, --kubernetes would only fail to
+    find a service account."""
+    from exporter.simulator.cluster_state import TEAM_LABEL, simulated_cluster
+
+    node = config.labels.node_name or nvml.fleet.node_name
+    cluster = stack.enter_context(simulated_cluster(nvml, kubelet, node, directory))
+    log.info("simulated Kubernetes API at %s (kubeconfig %s)", cluster.api.host, cluster.kubeconfig)
+    # Its pods carry a team label; allow-list it unless the user chose their own.
+    allowlist = config.attribution.pod_label_allowlist or re.escape(TEAM_LABEL)
+    attribution = replace(
+        config.attribution, kubeconfig=str(cluster.kubeconfig), pod_label_allowlist=allowlist
+    )
+    return replace(config, attribution=attribution)
 
 
 def _event_loop_runner() -> Callable:
@@ -197,6 +227,7 @@ def serve_node(
     config: Config,
     on_listening: Callable[[int], None] | None = None,
     extra_routes: Callable[[web.Application], None] | None = None,
+    listeners: list[socket.socket] | None = None,
 ) -> None:
     """Start the collectors for `config`, serve until SIGTERM, then stop them."""
     cap = connection_cap(config.web.max_connections, raise_open_file_limit())
@@ -215,7 +246,9 @@ def serve_node(
         security = config.web.security
         reloader = WebConfigReloader(security) if security else None
         tls = reloader.ssl_context if reloader else None
-        serving = serve(app, config.web.listen_address, on_listening, ssl_context=tls)
+        serving = serve(
+            app, config.web.listen_address, on_listening, ssl_context=tls, listeners=listeners
+        )
         _event_loop_runner()(_with_signals(serving, reloader))
     finally:
         poller.stop()
@@ -229,15 +262,22 @@ def run(
     on_listening: Callable[[int], None] | None = None,
 ) -> int:
     extra_routes: Callable[[web.Application], None] | None = None
+    # Every start-up mistake is one line before anything logs or starts: the fleet file or the
+    # NVML binding, then the listen address (a port in use).
+    fleet = simulated_fleet(config) if config.simulate else None
+    if not config.simulate and (problem := check_binding()):
+        raise ConfigurationError(problem)
+    listeners = bind_listeners(config.web.listen_address)
     with contextlib.ExitStack() as stack:
+        for sock in listeners:
+            stack.callback(sock.close)
         if config.simulate:
             from exporter.simulator.control import PREFIX, add_control_routes
 
-            nvml, kubelet, config = stack.enter_context(simulated_node(config))
+            nvml, kubelet, config = stack.enter_context(simulated_node(config, fleet))
             default_node_name = nvml.fleet.node_name
             extra_routes = functools.partial(add_control_routes, nvml=nvml, kubelet=kubelet)
             log.info("simulator fault injection at %s/gpus (see README)", PREFIX)
-        elif problem := check_binding():
-            raise ConfigurationError(problem)
-        serve_node(with_node_name(config, default_node_name), on_listening, extra_routes)
+        node_config = with_node_name(config, default_node_name)
+        serve_node(node_config, on_listening, extra_routes, listeners)
     return 0

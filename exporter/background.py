@@ -172,21 +172,36 @@ class PeriodicSampler(BackgroundThread):
     def __init__(self, interval_seconds: float) -> None:
         super().__init__()
         self._interval = interval_seconds
+        self._wake = threading.Event()
         self.last_success = True
         self.last_duration_seconds = 0.0
+        self.rounds = 0  # completed by the thread; a test or an owner may wait on it
 
     @property
     def round_succeeded(self) -> bool:
         """The last round's outcome, and never success while the thread is crashed or gone."""
         return self.last_success and self.thread_healthy
 
+    def wake(self) -> None:
+        """Run the next round now instead of at the end of the interval; the interval restarts
+        from that round."""
+        self._wake.set()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()  # the loop waits on the wake event, not on the stop event
+        super().stop(timeout)
+
     def _run(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
+            # Cleared before the round: a wake() that lands during it asks for one more.
+            self._wake.clear()
             self.sample_once()
             self.last_duration_seconds = time.monotonic() - started
+            self.rounds += 1
             self._progressed()
-            self._stop.wait(max(0.0, self._interval - self.last_duration_seconds))
+            self._wake.wait(max(0.0, self._interval - self.last_duration_seconds))
 
     def _on_crash(self) -> None:
         self.last_success = False

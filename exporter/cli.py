@@ -2,6 +2,8 @@
 
 Every flag `--a.b-c` can also be set as `KUBE_GPU_EXPORTER_A_B_C`; a flag on the command line wins.
 A bad flag or value prints one line naming it and exits with status 2.
+
+`kube-gpu-exporter hash-password` prints a bcrypt hash for --web.config.file instead of running.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from exporter.dcgm_compat import DEFAULT_VERSION, PROFILES, DcgmVersion
 from exporter.logs import LEVELS, configure_logging
 
 PROG = "kube-gpu-exporter"
+HASH_PASSWORD = "hash-password"
 ENV_PREFIX = "KUBE_GPU_EXPORTER_"
 DRIVER_LABELS = ("none", "DCGM_FI_DRIVER_VERSION", "DCGM_FI_SYSTEM_DRIVER_VERSION")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -110,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="NVIDIA GPU exporter for Kubernetes with dcgm-exporter-compatible metrics. "
         f"Every flag can also be set through the environment variable {ENV_PREFIX}<FLAG>, "
         "e.g. --collector.interval as KUBE_GPU_EXPORTER_COLLECTOR_INTERVAL.",
+        epilog=f"{PROG} {HASH_PASSWORD} [--cost N] reads a password and prints its bcrypt hash "
+        "for --web.config.file's basic_auth_users.",
     )
     add = p.add_argument
     add(
@@ -306,7 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=False,
         help="Enrich with the Kubernetes API: pod UIDs, owners, allow-listed pod labels and this "
-        "node's GPU labels, from one watch of this node's pods (default off; needs NODE_NAME).",
+        "node's GPU labels, from one watch of this node's pods (default off; needs NODE_NAME). "
+        "Under --simulate without --kubernetes.kubeconfig, the simulated node's pods and node "
+        "come from a built-in fake API.",
     )
     add(
         "--kubernetes.kubeconfig",
@@ -381,6 +388,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--version", action="version", version=f"{PROG} {__version__}")
     return p
+
+
+def build_hash_password_parser() -> argparse.ArgumentParser:
+    from exporter.password_hash import DEFAULT_COST, MAX_COST, MIN_COST
+
+    p = _Parser(
+        prog=f"{PROG} {HASH_PASSWORD}",
+        description="Print the bcrypt hash of a password, for basic_auth_users in "
+        "--web.config.file. On a terminal the password is asked twice without echo; otherwise "
+        "the first line of standard input is read.",
+    )
+    p.add_argument(
+        "--cost",
+        type=_count(MIN_COST, MAX_COST),
+        default=DEFAULT_COST,
+        help=f"bcrypt cost (default {DEFAULT_COST}; each step doubles the time of every check)",
+    )
+    return p
+
+
+def hash_password_main(argv: Sequence[str]) -> int:
+    from exporter.password_hash import PasswordError, hash_password, read_password
+
+    try:
+        args = build_hash_password_parser().parse_args(argv)
+        print(hash_password(read_password(sys.stdin), args.cost))
+    except (UsageError, PasswordError) as exc:
+        return _usage_error(f"{HASH_PASSWORD}: {exc}")
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 0
+    except KeyboardInterrupt:
+        return 130
+    return 0
 
 
 def _apply_environment(
@@ -574,8 +614,11 @@ def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = Non
 
     `argv` and `environ` default to the process's own; tests pass theirs to run in-process.
     """
+    argv = sys.argv[1:] if argv is None else argv
+    if list(argv[:1]) == [HASH_PASSWORD]:
+        return hash_password_main(argv[1:])
     try:
-        config = parse_config(sys.argv[1:] if argv is None else argv, environ)
+        config = parse_config(argv, environ)
     except UsageError as exc:
         return _usage_error(str(exc))
     except SystemExit as exc:

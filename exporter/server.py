@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import html
 import logging
+import os
 import signal
 import socket
 import ssl
@@ -19,7 +20,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from exporter import __version__
-from exporter.config import WebConfig
+from exporter.config import ConfigurationError, WebConfig
 from exporter.connection_guard import KEEPALIVE_SECONDS, ConnectionGuard
 from exporter.exposition.store import ExpositionStore
 from exporter.exposition.text_format import CONTENT_TYPE
@@ -30,6 +31,9 @@ _PLAIN_HEADERS = {"Content-Type": CONTENT_TYPE, "Vary": "Accept-Encoding"}
 _GZIP_HEADERS = {**_PLAIN_HEADERS, "Content-Encoding": "gzip"}
 STORE_KEY: web.AppKey[ExpositionStore] = web.AppKey("store", ExpositionStore)
 GUARD_KEY: web.AppKey[ConnectionGuard] = web.AppKey("connection_guard", ConnectionGuard)
+# (path, what it is) for the index page, beyond metrics and health: routes added after build_app,
+# such as the simulator's control API, list themselves here.
+INDEX_LINKS_KEY: web.AppKey[list[tuple[str, str]]] = web.AppKey("index_links", list)
 
 
 def accepts_gzip(header: str) -> bool:
@@ -99,6 +103,10 @@ class Handlers:
 
     async def index(self, request: web.Request) -> web.Response:
         path = html.escape(self._config.telemetry_path)
+        extra = "".join(
+            f'<li><a href="{html.escape(href)}">{html.escape(href)}</a>: {html.escape(what)}</li>'
+            for href, what in request.app[INDEX_LINKS_KEY]
+        )
         body = (
             "<!DOCTYPE html><html><head><title>kube-gpu-exporter</title></head><body>"
             f"<h1>kube-gpu-exporter {html.escape(__version__)}</h1>"
@@ -106,7 +114,7 @@ class Handlers:
             f'<li><a href="{path}">{path}</a>: metrics</li>'
             '<li><a href="/healthz">/healthz</a>: liveness</li>'
             '<li><a href="/readyz">/readyz</a>: readiness</li>'
-            "</ul></body></html>"
+            f"{extra}</ul></body></html>"
         )
         return web.Response(text=body, content_type="text/html")
 
@@ -120,6 +128,7 @@ def build_app(
     app = web.Application(middlewares=[guard.middleware, *security_middlewares(config, cleanups)])
     app[STORE_KEY] = store
     app[GUARD_KEY] = guard
+    app[INDEX_LINKS_KEY] = []
     app.router.add_get(config.telemetry_path, handlers.metrics)
     app.router.add_get("/healthz", handlers.healthz)
     app.router.add_get("/health", handlers.healthz)  # dcgm-exporter's path, for drop-in probes
@@ -202,6 +211,20 @@ def split_listen_address(address: str) -> tuple[str | None, int]:
 LISTEN_BACKLOG = 1024
 
 
+def bind_listeners(address: str) -> list[socket.socket]:
+    """The listening sockets for --web.listen-address, made before anything else starts, so that
+    a port in use or an address this host does not have is one line at start-up."""
+    host, port = split_listen_address(address)
+    try:
+        return _listening_sockets(host, port)
+    except OSError as exc:
+        # socket.create_server appends the address to a bind error's strerror; it is named here.
+        bind_error = exc.errno and not isinstance(exc, socket.gaierror)
+        reason = (os.strerror(exc.errno) if bind_error else exc.strerror or str(exc)).rstrip(".")
+        reason = reason[:1].lower() + reason[1:]
+        raise ConfigurationError(f"--web.listen-address {address}: {reason}") from None
+
+
 def _listening_sockets(host: str | None, port: int) -> list[socket.socket]:
     """Bound, listening and non-blocking, as loop.create_server would make them: one for every
     address `host` names, or one for every interface (IPv4 and IPv6) for None."""
@@ -239,10 +262,12 @@ async def serve(
     ready: Callable[[int], None] | None = None,
     shutdown_timeout: float = 4.0,
     ssl_context: ssl.SSLContext | None = None,
+    listeners: list[socket.socket] | None = None,
 ) -> None:
-    """Serve `app` (from build_app) until SIGTERM or SIGINT, then finish in-flight requests and
-    return."""
+    """Serve `app` (from build_app) on `listeners` (from bind_listeners; bound here when None)
+    until SIGTERM or SIGINT, then finish in-flight requests and return."""
     host, port = split_listen_address(address)
+    server_sockets = bind_listeners(address) if listeners is None else listeners
     handler_args = {"access_log": None, "keepalive_timeout": KEEPALIVE_SECONDS}
     runner = web.AppRunner(
         app, handle_signals=False, shutdown_timeout=shutdown_timeout, **handler_args
@@ -259,18 +284,20 @@ async def serve(
     # backlog of 128 would make a burst of connections wait in SYN retries before the guard ever
     # sees them; the guard, not the kernel queue, should decide.
     if ssl_context is None:
-        server = await loop.create_server(
-            guard.protocol_factory(runner.server, **handler_args),
-            host,
-            port,
-            reuse_address=True,
-            backlog=LISTEN_BACKLOG,
-        )
-        sockets = list(server.sockets)
-        close_listeners = server.close
+        servers = [
+            await loop.create_server(
+                guard.protocol_factory(runner.server, **handler_args),
+                sock=sock,
+                backlog=LISTEN_BACKLOG,
+            )
+            for sock in server_sockets
+        ]
+
+        def close_listeners() -> None:
+            for server in servers:
+                server.close()
+
     else:
-        server_sockets = _listening_sockets(host, port)
-        sockets = list(server_sockets)
         accepting = [
             loop.create_task(guard.accept_tls(s, runner.server, ssl_context, **handler_args))
             for s in server_sockets
@@ -282,7 +309,7 @@ async def serve(
             for sock in server_sockets:
                 sock.close()
 
-    bound = sockets[0].getsockname()[1] if sockets else port
+    bound = server_sockets[0].getsockname()[1] if server_sockets else port
     shown = address if bound == port else f"{host or ''}:{bound}"
     log.info("listening on %s%s", shown, " (TLS)" if ssl_context else "")
     if ready is not None:

@@ -6,16 +6,21 @@ contract holds there too: the status reaches the shell and nothing else reaches 
 
 from __future__ import annotations
 
+import io
 import logging
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 
+import bcrypt
 import pytest
 
 from exporter.cli import env_name, main, parse_config, parse_duration
 from exporter.config import HostLabel
 from exporter.dcgm_compat import PROFILES, DcgmVersion
+from exporter.password_hash import PasswordError, read_password
+from exporter.webconfig.parse import load_web_config
 from tests.conftest import REPO
 
 
@@ -271,3 +276,98 @@ def test_env_names():
     assert env_name("--collector.mig-refresh-interval") == (
         "KUBE_GPU_EXPORTER_COLLECTOR_MIG_REFRESH_INTERVAL"
     )
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A loopback port another socket is listening on."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        yield taken.getsockname()[1]
+
+
+def test_a_port_in_use_is_one_line_before_anything_starts(cli, busy_port):
+    address = f"127.0.0.1:{busy_port}"
+    code, out, err = cli("--simulate", f"--web.listen-address={address}")
+    assert (code, out) == (2, "")
+    assert_one_error_line(err, f"--web.listen-address {address}: address already in use")
+
+
+def test_the_process_with_its_port_in_use_exits_2_with_one_line(busy_port):
+    address = f"127.0.0.1:{busy_port}"
+    proc = run_cli("--simulate", f"--web.listen-address={address}")
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert_one_error_line(proc.stderr, f"--web.listen-address {address}: address already in use")
+
+
+@pytest.fixture
+def stdin(monkeypatch: pytest.MonkeyPatch):
+    """Replaces standard input with text that is not a terminal."""
+
+    def feed(text: str) -> None:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+
+    return feed
+
+
+def test_hash_password_prints_a_hash_the_web_config_accepts(cli, stdin, tmp_path):
+    stdin("s3cret pass\nignored second line\n")
+    code, out, err = cli("hash-password", "--cost=4")
+    assert (code, err) == (0, "")
+    hashed = out.strip()
+    assert out == hashed + "\n" and hashed.startswith("$2b$04$")
+    assert bcrypt.checkpw(b"s3cret pass", hashed.encode())
+    web = tmp_path / "web.yml"
+    web.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+    assert load_web_config(web).basic_auth_users == {"prometheus": hashed.encode()}
+
+
+def test_hash_password_uses_cost_10_by_default(cli, stdin):
+    stdin("pw")  # no newline, as printf %s sends it
+    code, out, _ = cli("hash-password")
+    assert code == 0 and out.startswith("$2b$10$")
+    assert bcrypt.checkpw(b"pw", out.strip().encode())
+
+
+@pytest.mark.parametrize(
+    ("args", "text", "mentions"),
+    [
+        ([], "\n", "hash-password: the password is empty"),
+        ([], "", "hash-password: the password is empty"),
+        ([], "x" * 73 + "\n", "the password is 73 bytes; bcrypt uses at most 72"),
+        ([], "x" * 100_000, "bcrypt uses at most 72"),
+        (["--cost=3"], "pw\n", "hash-password: argument --cost: 3 is out of range (4 to 16)"),
+        (["--cost=ten"], "pw\n", "argument --cost: 'ten' is not a whole number"),
+        (["--salt=x"], "pw\n", "hash-password: unrecognized arguments: --salt=x"),
+    ],
+)
+def test_hash_password_bad_input_is_one_line(cli, stdin, args, text, mentions):
+    stdin(text)
+    code, out, err = cli("hash-password", *args)
+    assert (code, out) == (2, "")
+    assert_one_error_line(err, mentions)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_the_password_is_asked_twice():
+    answers = iter(["twice", "twice"])
+    prompts: list[str] = []
+
+    def prompt(text: str) -> str:
+        prompts.append(text)
+        return next(answers)
+
+    assert read_password(_Terminal(), prompt) == "twice"
+    assert len(prompts) == 2
+    answers = iter(["one", "other"])
+    with pytest.raises(PasswordError, match="the two passwords differ"):
+        read_password(_Terminal(), prompt)
+
+
+def test_hash_password_help_names_the_cost(cli):
+    code, out, _ = cli("hash-password", "--help")
+    assert code == 0 and "--cost" in out and "basic_auth_users" in out
+    assert "hash-password" in cli("--help")[1]

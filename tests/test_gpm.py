@@ -14,7 +14,8 @@ from exporter.nvml.error_tally import ErrorTally
 from exporter.nvml.gpm_sampler import GpmSampler, GpmTarget
 from exporter.nvml.guarded_calls import GuardedNvml
 from exporter.simulator.gpm_model import PIPE_MIX
-from tests.conftest import FAST, fleet_from_yaml, render, unexpected_lint_findings
+from exporter.snapshot import NodeSnapshot
+from tests.conftest import FAST, fleet_from_yaml, render, unexpected_lint_findings, wait_for
 
 OLD_GPUS = """
     driver_version: "550.54.15"
@@ -257,3 +258,35 @@ def test_gpm_can_be_switched_off(sim, make_poller):
     assert [line for line in text.splitlines() if line.startswith("DCGM_FI_PROF_")] == []
     assert "gpm" not in {c.name for c in snapshot.collectors}
     assert sim.calls["nvmlGpmSampleAlloc"] == 0
+
+
+def test_a_gpu_tracked_for_the_first_time_is_sampled_at_once(nvml):
+    # An interval longer than the test: only a round started by track() can take the sample.
+    sampler = GpmSampler(GuardedNvml(ErrorTally()), interval_seconds=600.0)
+    entities = sum(len(g.live_instances()) if g.mig_enabled else 1 for g in nvml.gpus)
+    sampler.start()
+    try:
+        assert wait_for(lambda: sampler.rounds == 1), "the sampler's first round never ran"
+        assert sampler.buffers_allocated == 0  # nothing was tracked yet
+        sampler.track(targets(nvml))
+        assert wait_for(lambda: sampler.rounds == 2), "tracking new GPUs did not start a round"
+        assert sampler.buffers_allocated == 2 * entities
+        assert nvml.calls["nvmlGpmSampleGet"] + nvml.calls["nvmlGpmMigSampleGet"] == entities
+    finally:
+        sampler.stop()
+
+
+def test_profiling_is_in_the_second_sweep_after_the_gpus_are_known(sim, make_poller):
+    snapshots: list[NodeSnapshot] = []
+    poller = make_poller(replace(FAST, interval_seconds=1.0), publish=snapshots.append)
+    poller.start()
+
+    def first_with_profiling() -> NodeSnapshot | None:
+        return next((s for s in list(snapshots) if s.gpus and s.gpus[0].profiling), None)
+
+    assert wait_for(lambda: first_with_profiling() is not None, timeout=10.0)
+    first = first_with_profiling()
+    # Sweep 1 finds the GPUs and the first GPM sample follows at once; the second comes one
+    # interval later, just after sweep 2 began, so sweep 3 is the first that can show values.
+    assert snapshots[0].sequence == 1 and snapshots[0].gpus[0].profiling is None
+    assert first.sequence <= 3, [s.sequence for s in snapshots]

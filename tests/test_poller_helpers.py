@@ -16,13 +16,14 @@ from exporter.config import CollectionConfig
 from exporter.nvml.binding import NVMLError
 from exporter.nvml.error_tally import ErrorTally
 from exporter.nvml.guarded_calls import GuardedNvml
-from exporter.nvml.helper import LiveGpu, PollerHelper
+from exporter.nvml.helper import LiveGpu, PeriodicHelper, PollerHelper
 from exporter.nvml.helper_registry import build_helpers
 from exporter.nvml.xid_watcher import XidWatcher
 from exporter.poller import Poller
+from exporter.processes.owner import ProcessOwner
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.snapshot import CollectorStatus, GpuSnapshot, ProfilingReadings
-from tests.conftest import FAST
+from tests.conftest import FAST, wait_for
 
 # GPM off: the toy helper fills the profiling fields, and nothing else should.
 CONFIG = replace(FAST, gpm_enabled=False)
@@ -208,5 +209,94 @@ def test_threadless_pollers_run_helper_rounds_on_the_callers_thread(sim: FakeNvm
         poller.run_helpers_once()
         assert rounds.rounds == 2
         assert poller.sweep().gpus[0].readings.pcie_tx_kbps is not None
+    finally:
+        poller.stop(timeout=2.0)
+
+
+class CountingHelper(PeriodicHelper):
+    """A periodic helper whose rounds and wake-ups are only counted; no thread is started."""
+
+    collector = "counting"
+
+    def __init__(self) -> None:
+        super().__init__(interval_seconds=600.0)
+        self.wakes = 0
+
+    def wake(self) -> None:
+        self.wakes += 1
+        super().wake()
+
+    def sample_once(self) -> None:
+        self.last_success = True
+
+    def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
+        return gpu
+
+
+def test_a_periodic_helper_fails_until_tracked_and_after_invalidate() -> None:
+    helper = CountingHelper()
+    helper.run_once()  # a successful round says nothing while NVML has never been up
+    assert not helper.status().success
+    helper.track([LiveGpu(0, "GPU-a")])
+    assert helper.status().success
+    helper.invalidate()
+    assert not helper.status().success
+    helper.track([LiveGpu(0, "GPU-a")])
+    assert helper.status().success
+
+
+def test_a_periodic_helper_is_woken_only_for_gpus_it_has_not_tracked() -> None:
+    helper = CountingHelper()
+    a, b = LiveGpu(0, "GPU-a"), LiveGpu(1, "GPU-b", gpu_instance_ids=(1, 2))
+    helper.track([a, b])
+    assert helper.wakes == 1
+    helper.track([a, b])
+    helper.track([a])  # a GPU that left needs no early round
+    assert helper.wakes == 1
+    helper.track([a, b])
+    helper.track([a, replace(b, gpu_instance_ids=(1, 2, 3))])  # a new MIG instance
+    assert helper.wakes == 3
+    helper.invalidate()  # a reloaded driver: every GPU is new again
+    helper.track([a])
+    assert helper.wakes == 4
+
+
+class NoOwners:
+    def owner(self, pid: int) -> ProcessOwner | str:
+        return "not attributed in this test"
+
+    def problem(self) -> str | None:
+        return None
+
+
+def test_nvml_helpers_report_failure_while_nvml_is_down_and_recover(sim: FakeNvml) -> None:
+    # Rounds an interval apart would never come during the test: only the NVML state and the
+    # round a newly tracked GPU gets can move these statuses.
+    config = replace(
+        FAST,
+        interval_seconds=600.0,
+        pcie_enabled=True,
+        pcie_interval_seconds=600.0,
+        processes_enabled=True,
+        xid_enabled=False,
+    )
+    names = ("pcie", "gpm", "processes")
+    poller = Poller(config, lambda s: None, workers=8, pid_owners=NoOwners())
+
+    def statuses() -> dict[str, bool]:
+        return {c.name: c.success for c in poller.sweep().collectors if c.name in names}
+
+    try:
+        sim.unload_driver()  # down from the start: the helpers were never started
+        assert statuses() == dict.fromkeys(names, False)
+        sim.load_driver()
+        poller.retry_init_now()
+        assert wait_for(lambda: all(statuses().values())), statuses()
+        sim.unload_driver()
+        assert statuses() == dict.fromkeys(names, False)  # at once, not a round later
+        assert statuses() == dict.fromkeys(names, False)
+        sim.load_driver()
+        poller.retry_init_now()
+        assert wait_for(lambda: all(statuses().values())), statuses()
     finally:
         poller.stop(timeout=2.0)

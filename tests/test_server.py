@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
@@ -12,10 +13,11 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from exporter.app import thread_problem
-from exporter.config import WebConfig
+from exporter.config import ConfigurationError, WebConfig
 from exporter.poller import Poller
-from exporter.server import accepts_gzip, build_app, split_listen_address
+from exporter.server import accepts_gzip, bind_listeners, build_app, split_listen_address
 from tests.conftest import FAST, store_for, wait_for
+from tests.test_process import free_port
 
 WEB = WebConfig(stale_after_seconds=15.0, health_max_age_seconds=60.0)
 
@@ -169,6 +171,34 @@ def test_listen_address_parsing(address, expected):
 def test_bad_listen_addresses(address):
     with pytest.raises(ValueError):
         split_listen_address(address)
+
+
+def test_binding_a_port_in_use_names_the_address():
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        with pytest.raises(ConfigurationError) as caught:
+            bind_listeners(address)
+    assert str(caught.value) == f"--web.listen-address {address}: address already in use"
+
+
+def test_binding_an_address_this_host_lacks_names_it():
+    # 192.0.2.0/24 is reserved for documentation: no interface has it.
+    with pytest.raises(ConfigurationError) as caught:
+        bind_listeners("192.0.2.1:9455")
+    assert (
+        str(caught.value) == "--web.listen-address 192.0.2.1:9455: cannot assign requested address"
+    )
+
+
+def test_bound_listeners_are_listening():
+    port = free_port()
+    listeners = bind_listeners(f"127.0.0.1:{port}")
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # accepted by the kernel's queue: the socket listens before any loop runs
+    finally:
+        for sock in listeners:
+            sock.close()
 
 
 async def test_real_http_client_against_served_app(sim, make_poller):

@@ -69,6 +69,32 @@ async def test_gpus_lists_state_and_the_pods_holding_each(control):
     assert gpus[0]["uuid"].startswith("GPU-") and gpus[0]["model"] == "NVIDIA H100 80GB HBM3"
 
 
+async def test_gpus_lists_the_mig_instances_an_xid_can_name(control, sim: FakeNvml):
+    client, _ = control
+    gpus = await (await client.get("/-/simulator/gpus")).json()
+    assert gpus[0]["mig_instances"] == []
+    instances = gpus[6]["mig_instances"]
+    live = sim.gpus[6].live_instances()
+    assert [i["gpu_instance_id"] for i in instances] == [m.gpu_instance_id for m in live]
+    assert [i["uuid"] for i in instances] == [m.uuid for m in live]
+    assert all(i["uuid"].startswith("MIG-") and i["profile"] for i in instances)
+    named = instances[-1]["gpu_instance_id"]
+    assert (await post(client, "6/xid", {"xid": 94, "gpu_instance_id": named}))[0] == 200
+
+
+async def test_the_index_page_links_the_control_api(sim, tmp_path):
+    app = build_app(store_for(), WebConfig(), lambda: None)
+    add_control_routes(app, sim, FakeKubelet(sim, tmp_path / "kubelet.sock"))
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        page = await (await client.get("/")).text()
+        assert '<a href="/-/simulator/gpus">' in page
+        assert '<a href="/metrics">' in page
+    finally:
+        await client.close()
+
+
 async def test_xid_is_delivered_as_an_nvml_event(control):
     client, _ = control
     events = pynvml.nvmlEventSetCreate()
@@ -178,13 +204,13 @@ HOSTILE_REQUESTS = [
     ("gpus/\u00b2/xid", b'{"xid": 79}', 404, "no simulated GPU '\u00b2' (the node has GPUs 0-7)"),
     ("gpus/\u0663/xid", b'{"xid": 79}', 404, "no simulated GPU '\u0663' (the node has GPUs 0-7)"),
     ("gpus/" + "0" * 5000 + "/lose", b"", 404, "no simulated GPU '00000000"),  # int() refuses
-    ("gpus/0/xid", b"[" * 100_000 + b"]" * 100_000, 400, "xid: body is not valid JSON: nested"),
+    ("gpus/0/xid", b"[" * 100_000 + b"]" * 100_000, 400, "body is not valid JSON: nested"),
     ("gpus/0/" + "m" * 5000, b"", 404, "unknown action 'mmmmmmmm"),
     ("kubelet/" + "s" * 5000, b"", 404, "unknown action 'kubelet/sssssss"),
     ("gpus/0/workload", b'{"workload": "' + b"w" * 100_000 + b'"}', 400, "workload: 'wwwww"),
-    ("gpus/0/xid", b'{"' + b"k" * 100_000 + b'": 1}', 400, "xid: unknown field 'kkkkk"),
+    ("gpus/0/xid", b'{"' + b"k" * 100_000 + b'": 1}', 400, "unknown field 'kkkkk"),
     ("gpus/0/xid", b'{"xid": "' + b"x" * 100_000 + b'"}', 400, 'expected an integer, got "xxx'),
-    ("gpus/0/xid", b'{"xid": ' + b"9" * 4000 + b"}", 400, "xid: xid: 99999"),
+    ("gpus/0/xid", b'{"xid": ' + b"9" * 4000 + b"}", 400, "xid: 99999"),
 ]
 
 
@@ -307,6 +333,7 @@ def test_process_lists_every_gpu_with_the_pods_holding_it(exporter):
         "workload",
         "lost",
         "mig_enabled",
+        "mig_instances",
         "temperature_offset_celsius",
         "unhealthy",
         "pods",
@@ -376,20 +403,20 @@ def test_process_unhealthy_gpu_is_not_allocatable(exporter):
         (urllib.parse.quote("\u00b2/xid"), {"xid": 79}, 404, "no simulated GPU '\u00b2'"),
         (urllib.parse.quote("\u0663/xid"), {"xid": 79}, 404, "no simulated GPU '\u0663'"),
         ("0/melt", None, 404, "unknown action 'melt'"),
-        ("0/xid", {}, 400, "xid: xid is required"),
-        ("0/xid", {"xid": 0}, 400, "xid: xid: 0 is out of range [1, 999]"),
-        ("0/xid", {"xid": 1000}, 400, "xid: xid: 1000 is out of range [1, 999]"),
-        ("0/xid", {"xid": True}, 400, "xid: xid: expected an integer, got true"),
+        ("0/xid", {}, 400, "xid is required"),
+        ("0/xid", {"xid": 0}, 400, "xid: 0 is out of range [1, 999]"),
+        ("0/xid", {"xid": 1000}, 400, "xid: 1000 is out of range [1, 999]"),
+        ("0/xid", {"xid": True}, 400, "xid: expected an integer, got true"),
         ("0/xid", {"xid": 79, "gpu_instance_id": 3}, 400, "GPU 0 has no MIG instance 3"),
-        ("0/ecc", {"count": "2"}, 400, 'ecc: count: expected an integer, got "2"'),
-        ("0/ecc", {"count": 0}, 400, "ecc: count: 0 is out of range [1, 1e+06]"),
-        ("0/ecc", {"double": True}, 400, "ecc: unknown field 'double'"),
-        ("0/ecc", [1], 400, "ecc: body must be a JSON object"),
-        ("0/temperature", {}, 400, "temperature: offset_celsius is required"),
+        ("0/ecc", {"count": "2"}, 400, 'count: expected an integer, got "2"'),
+        ("0/ecc", {"count": 0}, 400, "count: 0 is out of range [1, 1e+06]"),
+        ("0/ecc", {"double": True}, 400, "unknown field 'double' (allowed: double_bit, count)"),
+        ("0/ecc", [1], 400, "body must be a JSON object"),
+        ("0/temperature", {}, 400, "offset_celsius is required"),
         ("0/temperature", {"offset_celsius": 900}, 400, "out of range [-50, 150]"),
         ("0/workload", {"workload": "mining"}, 400, "'mining' is not one of training"),
         ("0/unhealthy", {"unhealthy": 1}, 400, "expected true or false, got 1"),
-        ("0/lose", {"now": True}, 400, "lose: unknown field 'now' (allowed: none)"),
+        ("0/lose", {"now": True}, 400, "unknown field 'now' (this action takes no fields)"),
     ],
 )
 def test_process_bad_requests_get_one_line_naming_the_problem(
@@ -402,12 +429,12 @@ def test_process_bad_requests_get_one_line_naming_the_problem(
 
 def test_process_invalid_json_and_wrong_method(exporter):
     status, text = call(exporter, "0/xid", data=b"{xid: 79")
-    assert status == 400 and text.startswith("xid: body is not valid JSON")
+    assert status == 400 and text.startswith("body is not valid JSON")
     assert text.count("\n") == 1
     # 3,000 levels are past Python's recursion limit and inside the bytes a client may send
     # before it is answered.
     status, text = call(exporter, "0/xid", data=b"[" * 3000 + b"]" * 3000)
-    assert (status, text) == (400, "xid: body is not valid JSON: nested too deeply\n")
+    assert (status, text) == (400, "body is not valid JSON: nested too deeply\n")
     assert get(f"{exporter}/-/simulator/gpus/0/xid")[0] == 405
     status, _ = call(exporter, "0/xid", data=b"")
     assert status == 400  # xid is required; an empty body is an empty object
@@ -420,6 +447,7 @@ async def test_production_app_has_no_control_routes():
     client = TestClient(TestServer(build_app(store_for(), WebConfig(), lambda: None)))
     await client.start_server()
     try:
+        assert "/-/simulator" not in await (await client.get("/")).text()
         assert (await client.get("/-/simulator/gpus")).status == 404
         assert (await client.post("/-/simulator/gpus/0/lose")).status == 404
     finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,16 @@ from bundle.localstack.processes import (
 from bundle.localstack.prometheus_api import PrometheusAPI
 from bundle.localstack.simulator_control import SimulatorControl
 from bundle.localstack.webhook import Alert, AlertWebhook
+
+XID_WATCHED = '\nkube_gpu_exporter_collector_success{collector="xid"} 1\n'
+
+
+def _fetch_text(url: str, timeout: float = 5.0) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return str(response.read().decode(errors="replace"))
+    except OSError:
+        return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +90,18 @@ def simulated_exporter(
     )
 
 
+def alertmanager_flags(workdir: Path, address: str) -> list[str]:
+    return [
+        f"--config.file={workdir / 'alertmanager.yml'}",
+        f"--storage.path={workdir / 'alertmanager-data'}",
+        f"--web.listen-address={address}",
+        # Otherwise links in notifications name the machine's host name, not the address printed.
+        f"--web.external-url=http://{address}",
+        "--cluster.listen-address=",  # one instance: no gossip port
+        "--log.level=warn",
+    ]
+
+
 def alertmanager(workdir: Path, address: str) -> ChildProcess:
     """One Alertmanager reading `workdir`/alertmanager.yml."""
     return ChildProcess(
@@ -87,15 +110,26 @@ def alertmanager(workdir: Path, address: str) -> ChildProcess:
             find_binary(
                 "prometheus-alertmanager", "alertmanager", package="prometheus-alertmanager"
             ),
-            f"--config.file={workdir / 'alertmanager.yml'}",
-            f"--storage.path={workdir / 'alertmanager-data'}",
-            f"--web.listen-address={address}",
-            "--cluster.listen-address=",  # one instance: no gossip port
-            "--log.level=warn",
+            *alertmanager_flags(workdir, address),
         ],
         workdir / "alertmanager.log",
         f"http://{address}/-/ready",
     )
+
+
+def prometheus_flags(workdir: Path, address: str, timing: Timing) -> list[str]:
+    return [
+        f"--config.file={workdir / 'prometheus.yml'}",
+        f"--storage.tsdb.path={workdir / 'prometheus-data'}",
+        f"--web.listen-address={address}",
+        # Alerts' generatorURL is built from this; by default it names the machine's host name,
+        # which need not resolve, instead of the address the stack prints.
+        f"--web.external-url=http://{address}",
+        # Resend firing alerts at the evaluation pace, so Alertmanager hears of each change
+        # without Prometheus' one-minute default delay.
+        f"--rules.alert.resend-delay={timing.evaluation_interval}",
+        "--log.level=warn",
+    ]
 
 
 class LocalStack:
@@ -126,7 +160,6 @@ class LocalStack:
         if clash := self.addresses.keys() & {c.job for c in companions}:
             raise ValueError(f"companion jobs must not be named like a part: {sorted(clash)}")
         self.addresses |= {c.job: f"{host}:{free_port(host)}" for c in companions}
-        self.webhook = AlertWebhook(host, port["webhook"], on_alert)
         self.exporter = simulated_exporter(
             "exporter",
             self.addresses["exporter"],
@@ -149,13 +182,7 @@ class LocalStack:
             "prometheus",
             [
                 find_binary("prometheus", package="prometheus"),
-                f"--config.file={workdir / 'prometheus.yml'}",
-                f"--storage.tsdb.path={workdir / 'prometheus-data'}",
-                f"--web.listen-address={self.addresses['prometheus']}",
-                # Resend firing alerts at the evaluation pace, so Alertmanager hears of each
-                # change without Prometheus' one-minute default delay.
-                f"--rules.alert.resend-delay={timing.evaluation_interval}",
-                "--log.level=warn",
+                *prometheus_flags(workdir, self.addresses["prometheus"], timing),
             ],
             workdir / "prometheus.log",
             f"{self.url('prometheus')}/-/ready",
@@ -178,6 +205,8 @@ class LocalStack:
             ),
         ]
         self._extra_rules = dict(extra_rules or {})
+        # Bound last: nothing above can then fail and leave its socket open.
+        self.webhook = AlertWebhook(host, port["webhook"], on_alert)
 
     def url(self, part: str) -> str:
         return f"http://{self.addresses[part]}"
@@ -234,6 +263,18 @@ class LocalStack:
             time.sleep(0.2)
         states = ", ".join(f"{t['scrapeUrl']} {t['health']} {t['lastError']}" for t in targets)
         raise StackError(f"targets not all up after {timeout:g}s: {states}")
+
+    def wait_for_xid_watch(self, timeout: float = 30.0) -> None:
+        """Until the exporter says it watches XID events. /readyz answers a few seconds before
+        that, and an XID injected in between is never seen, as on a real GPU."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if XID_WATCHED in _fetch_text(f"{self.url('exporter')}/metrics"):
+                return
+            time.sleep(0.2)
+        raise StackError(
+            f"exporter not watching XID events after {timeout:g}s: {self.exporter.log_tail()}"
+        )
 
     def gpus(self) -> list[dict[str, Any]]:
         """The simulated GPUs, with the pods that hold them, from the simulator's control API."""

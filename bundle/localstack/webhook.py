@@ -39,7 +39,9 @@ class AlertWebhook:
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
+        # shutdown() waits for serve_forever() to return, forever if it never ran.
+        if self._thread.is_alive():
+            self._server.shutdown()
         self._server.server_close()
 
     def alerts(self) -> list[Alert]:

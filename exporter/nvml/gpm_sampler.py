@@ -100,6 +100,8 @@ class GpmSampler(PeriodicHelper):
 
     def track(self, gpus: Sequence[LiveGpu]) -> None:
         self.sample(gpus)
+        # A GPU new to us gets its first sample now, so its first metrics come one interval later.
+        super().track(gpus)
 
     def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
         board, instances = self.latest(gpu.identity.uuid)
@@ -124,6 +126,7 @@ class GpmSampler(PeriodicHelper):
             self._buffers.clear()
             self._supported.clear()
         self._latest = {}
+        super().invalidate()
 
     # One round
 

@@ -76,16 +76,40 @@ class PollerHelper(Protocol):
 
 
 class PeriodicHelper(PeriodicSampler):
-    """A helper that samples every interval; `run_once` is one sampling round."""
+    """A helper that samples every interval; `run_once` is one sampling round.
+
+    Its status reads failure while NVML is down: from start-up until the poller first tracks the
+    GPUs, and from `invalidate` until it tracks them again. A round may not run in that time (it
+    may be an interval away, or never, when NVML never came up), so the last round's outcome
+    cannot say it. A GPU it has not tracked before gets a round at once rather than at the end
+    of the interval, so its data appears one interval after it does, not two."""
 
     collector: str = ""
     needs_thread: ClassVar[bool] = False
 
+    def __init__(self, interval_seconds: float) -> None:
+        super().__init__(interval_seconds)
+        self._nvml_up = False
+        self._tracked: frozenset[LiveGpu] = frozenset()
+
     def status(self) -> CollectorStatus:
-        return CollectorStatus(self.collector, self.round_succeeded, self.last_duration_seconds)
+        return CollectorStatus(
+            self.collector, self._nvml_up and self.round_succeeded, self.last_duration_seconds
+        )
+
+    def track(self, gpus: Sequence[LiveGpu]) -> None:
+        """Subclasses take the targets, then call this."""
+        tracked = frozenset(gpus)
+        new = tracked - self._tracked
+        self._tracked = tracked
+        self._nvml_up = True
+        if new:
+            self.wake()
 
     def invalidate(self) -> None:
-        """Nothing held across rounds by default."""
+        """Subclasses drop what they hold across rounds, then call this."""
+        self._nvml_up = False
+        self._tracked = frozenset()
 
     def run_once(self) -> None:
         self.sample_once()

@@ -44,6 +44,12 @@ class PcieSampler(PeriodicHelper):
 
     def track(self, gpus: Sequence[LiveGpu]) -> None:
         self.sample([(gpu.index, gpu.uuid) for gpu in gpus])
+        super().track(gpus)
+
+    def invalidate(self) -> None:
+        """Readings from before a driver reload describe a library that is gone."""
+        self._latest = {}
+        super().invalidate()
 
     def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
         reading = self.latest(gpu.identity.uuid)

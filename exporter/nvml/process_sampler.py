@@ -99,6 +99,7 @@ class ProcessSampler(PeriodicHelper):
 
     def track(self, gpus: Sequence[LiveGpu]) -> None:
         self._targets = tuple(gpus)
+        super().track(gpus)
 
     def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
         processes = self._latest.get(gpu.identity.uuid)
@@ -114,6 +115,7 @@ class ProcessSampler(PeriodicHelper):
             self._last_seen.clear()
             self._v2_lists.clear()
         self._latest = {}
+        super().invalidate()
 
     # One round
 

@@ -1,7 +1,7 @@
 """The simulator's fault-injection API, served beside /metrics only under `--simulate`, so that
 end-to-end tests and `make demo` users can break a running simulated node with curl:
 
-    GET  /-/simulator/gpus                       every GPU, its state and the pods holding it
+    GET  /-/simulator/gpus                       every GPU, its state, MIG instances and pods
     POST /-/simulator/gpus/{index}/xid           {"xid": 79, "gpu_instance_id": null}
     POST /-/simulator/gpus/{index}/ecc           {"double_bit": true, "count": 1}
     POST /-/simulator/gpus/{index}/temperature   {"offset_celsius": 25}   (0 clears)
@@ -12,7 +12,7 @@ end-to-end tests and `make demo` users can break a running simulated node with c
     POST /-/simulator/kubelet/stop | start        the pod-resources socket goes away / returns
 
 Every POST answers with the GPU's state after the change; a bad request gets one line naming
-what is wrong.
+what is wrong: the field, or the body as a whole.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from typing import Any
 
 from aiohttp import web
 
+from exporter.server import INDEX_LINKS_KEY
 from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.sim_gpu import SimGpu
+from exporter.simulator.sim_gpu import SimGpu, SimMigInstance
 from exporter.simulator.workload import SHAPES
 from exporter.small_yaml import SHOWN_CHARS, shown
 
@@ -118,8 +119,8 @@ def parse_body(raw: bytes, fields: dict[str, Field]) -> dict[str, Any]:
         raise BadRequest("body must be a JSON object")
     unknown = sorted(set(doc) - set(fields))
     if unknown:
-        allowed = ", ".join(fields) or "none"
-        raise BadRequest(f"unknown field {shown(unknown[0])} (allowed: {allowed})")
+        allowed = f"allowed: {', '.join(fields)}" if fields else "this action takes no fields"
+        raise BadRequest(f"unknown field {shown(unknown[0])} ({allowed})")
     values: dict[str, Any] = {}
     for name, spec in fields.items():
         if name not in doc:
@@ -162,9 +163,21 @@ def gpu_state(gpu: SimGpu, kubelet: FakeKubelet) -> dict[str, Any]:
         "workload": gpu.workload,
         "lost": gpu.lost,
         "mig_enabled": gpu.mig_enabled,
+        "mig_instances": [_instance_state(m) for m in gpu.live_instances()],
         "temperature_offset_celsius": gpu.temperature_offset_c,
         "unhealthy": gpu.uuid in kubelet.faults.unhealthy_gpus,
         "pods": kubelet.pods_using(gpu),
+    }
+
+
+def _instance_state(instance: SimMigInstance) -> dict[str, Any]:
+    # The ids an XID body's gpu_instance_id takes, and the uuid the exporter's series carry.
+    return {
+        "gpu_instance_id": instance.gpu_instance_id,
+        "compute_instance_id": instance.compute_instance_id,
+        "profile": instance.profile_name,
+        "uuid": instance.uuid,
+        "memory_mib": instance.memory_mib,
     }
 
 
@@ -191,7 +204,8 @@ def add_control_routes(app: web.Application, nvml: FakeNvml, kubelet: FakeKubele
         try:
             action(nvml, kubelet, gpu, parse_body(await request.read(), fields))
         except BadRequest as exc:
-            raise web.HTTPBadRequest(text=f"{name}: {exc}\n") from None
+            # The message names the field, or the body; the caller knows which action it posted.
+            raise web.HTTPBadRequest(text=f"{exc}\n") from None
         return web.json_response(gpu_state(gpu, kubelet))
 
     node_actions: dict[str, Callable[[], None]] = {
@@ -225,5 +239,9 @@ def add_control_routes(app: web.Application, nvml: FakeNvml, kubelet: FakeKubele
         return web.json_response(node_state())
 
     app.router.add_get(f"{PREFIX}/gpus", list_gpus)
+    # setdefault: an app not made by build_app (a test's) has no index page to list it on.
+    app.setdefault(INDEX_LINKS_KEY, []).append(
+        (f"{PREFIX}/gpus", "the simulated GPUs, and the fault-injection API under it")
+    )
     app.router.add_post(PREFIX + "/gpus/{index}/{action}", act)
     app.router.add_post(PREFIX + "/{part:driver|kubelet}/{action}", act_on_node)

@@ -198,8 +198,10 @@ class _Parser:
                 f"{small_yaml.shown(layout)} is not one of {', '.join(CGROUP_LAYOUTS)}",
             )
         gpus_doc = top.get("gpus")
-        if not isinstance(gpus_doc, list) or not gpus_doc:
-            raise self._fail("gpus", f"expected a non-empty list, got {_kind(gpus_doc)}")
+        if not isinstance(gpus_doc, list):
+            raise self._fail("gpus", f"expected a list of GPUs, got {_kind(gpus_doc)}")
+        if not gpus_doc:
+            raise self._fail("gpus", "is empty; a node needs at least one GPU")
         gpus: list[GpuSpec] = []
         for i, entry in enumerate(gpus_doc):
             spec, count = self._gpu(entry, f"gpus[{i}]", driver, allocation)

@@ -50,6 +50,8 @@ TLS_KEYS = {
 IGNORED_TLS_KEYS = ("cipher_suites", "curve_preferences", "prefer_server_cipher_suites")
 HTTP_KEYS = {"http2", "headers"}
 TOP_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users", "rate_limit"}
+# Known, so they get their own reason, but never accepted: an "allowed:" hint must not offer them.
+REFUSED_KEYS = {"rate_limit", "cert", "key", "client_ca"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +97,8 @@ class _Reader:
         for name in value:
             if name not in allowed:
                 dotted = f"{key}.{name}" if key else str(name)
-                raise self.fail(dotted, f"unknown key (allowed: {', '.join(sorted(allowed))})")
+                offered = ", ".join(sorted(allowed - REFUSED_KEYS))
+                raise self.fail(dotted, f"unknown key (allowed: {offered})")
         return value
 
     def string(self, value: Any, key: str) -> str:
@@ -215,9 +218,7 @@ def _users(reader: _Reader, value: Any) -> dict[str, bytes]:
             raise reader.fail(
                 key,
                 "is not a bcrypt hash ($2y$10$... with 53 more characters); plain-text "
-                "passwords are not accepted. Make one with: htpasswd -nBC 10 \"\" | tr -d ':\\n' "
-                'or python3 -c \'import bcrypt; print(bcrypt.hashpw(b"PASSWORD", '
-                "bcrypt.gensalt(10)).decode())'",
+                "passwords are not accepted. Make one with: kube-gpu-exporter hash-password",
             )
         users[user] = hashed.encode()
     return users
