@@ -9,7 +9,7 @@ ARGS ?=
 # `make check`'s pytest workers: the unit tests mostly wait on timers and loopback sockets.
 WORKERS ?= 2
 
-.PHONY: run demo check test stress-test golden lint bench soak bundle protos system-deps clean
+.PHONY: run demo check test stress-test golden lint bench soak bundle protos system-deps clean validate-gpu
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,12 @@ golden: $(VENV)/.installed
 ## "--output bench.md")
 bench: $(VENV)/.installed system-deps
 	$(PY) -m benchmarks $(ARGS)
+
+## validate-gpu: on a machine with an NVIDIA GPU, the exporter against pynvml and nvidia-smi, idle and
+## under load; writes benchmarks/results/real-gpu-<model>.md and device-record-<model>.yaml
+## (ARGS="--minutes 4"; ARGS="--simulate" runs it on the simulator)
+validate-gpu: $(VENV)/.installed
+	$(PY) -m benchmarks.real_gpu $(ARGS)
 
 ## soak: 100,000 sweeps at 5 ms under concurrent scrapes and faults; RSS, threads and fds stay flat
 soak: $(VENV)/.installed

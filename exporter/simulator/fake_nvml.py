@@ -722,6 +722,15 @@ class FakeNvml:
         return gpu.model.tdp_mw
 
     @_api()
+    def nvmlDeviceGetPowerManagementLimitConstraints(
+        self, gpu: SimGpu, instance: None
+    ) -> list[int]:
+        # [min, max] in mW, as the binding returns them; a model without published bounds
+        # answers its default limit for both.
+        model = gpu.model
+        return [model.power_limit_min_mw or model.tdp_mw, model.power_limit_max_mw or model.tdp_mw]
+
+    @_api()
     def nvmlDeviceGetEnforcedPowerLimit(self, gpu: SimGpu, instance: None) -> int:
         return gpu.power_limit_mw()
 

@@ -48,6 +48,10 @@ class GpuModel:
     mig_profiles: tuple[MigProfile, ...] = ()
     slowdown_temp_c: int = 87
     shutdown_temp_c: int = 92
+    # What nvmlDeviceGetPowerManagementLimitConstraints answers; None where no published
+    # `nvidia-smi -q` gives it for the board, so nothing may compare against a guess.
+    power_limit_min_mw: int | None = None
+    power_limit_max_mw: int | None = None
 
     @property
     def mig_capable(self) -> bool:
@@ -105,6 +109,38 @@ H100_80GB = GpuModel(
             ("3g.40gb", 9, 2, 2, 40448, 60, (0, 4), 4),
             ("4g.40gb", 5, 3, 1, 40448, 64, (0,), 4),
             ("7g.80gb", 0, 4, 1, 81152, 132, (0,), 8),
+        ]
+    ),
+)
+
+# Same GH100 die and slice geometry as the H100 SXM, with 141 GB of HBM3e: the SM counts and
+# placements match the H100's, the memory per profile is what `nvidia-smi mig -lgip` prints.
+H200 = GpuModel(
+    key="H200-141GB-HBM3e",
+    name="NVIDIA H200",
+    pci_device_id=0x233510DE,
+    memory_mib=143771,
+    reserved_mib=700,
+    tdp_mw=700_000,
+    idle_power_mw=74_000,
+    architecture=ARCH_HOPPER,
+    compute_capability=(9, 0),
+    max_sm_clock_mhz=1980,
+    idle_sm_clock_mhz=345,
+    mem_clock_mhz=3201,
+    nvlink_links=18,
+    hbm=True,
+    power_limit_min_mw=200_000,
+    power_limit_max_mw=700_000,
+    mig_profiles=_profiles(
+        [
+            ("1g.18gb", 19, 0, 7, 16384, 16, _ALL7, 1),
+            ("1g.18gb+me", 20, 7, 1, 16384, 16, _ALL7, 1),
+            ("1g.35gb", 15, 9, 4, 33024, 26, (0, 2, 4, 6), 2),
+            ("2g.35gb", 14, 1, 3, 33024, 32, (0, 2, 4), 2),
+            ("3g.71gb", 9, 2, 2, 71168, 60, (0, 4), 4),
+            ("4g.71gb", 5, 3, 1, 71168, 64, (0,), 4),
+            ("7g.141gb", 0, 4, 1, 143104, 132, (0,), 8),
         ]
     ),
 )
@@ -218,7 +254,9 @@ L40S = GpuModel(
     hbm=False,
 )
 
-MODELS: dict[str, GpuModel] = {m.key: m for m in (H100_80GB, A100_80GB, A100_40GB, T4, L4, L40S)}
+MODELS: dict[str, GpuModel] = {
+    m.key: m for m in (H100_80GB, H200, A100_80GB, A100_40GB, T4, L4, L40S)
+}
 
 
 def find_model(name: str) -> GpuModel | None:

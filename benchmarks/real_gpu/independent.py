@@ -1,0 +1,114 @@
+"""Per-GPU facts read with pynvml calls of our own, independent of the exporter's reader.
+
+Deliberately plain: one documented call per fact, no batching through field values and no
+fallback chains beyond the memory API's version, so a bug in the exporter's cleverer reader
+cannot hide behind the same bug here. The caller initialises NVML (and shuts it down).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pynvml
+
+from benchmarks.real_gpu import GpuFacts, bus_id_key
+
+T = TypeVar("T")
+
+# NVML return code -> its name without the NVML_ERROR_ prefix, e.g. 3 -> "NOT_SUPPORTED".
+ERROR_NAMES: dict[int, str] = {
+    value: name.removeprefix("NVML_ERROR_")
+    for name, value in vars(pynvml).items()
+    if name.startswith("NVML_ERROR_") and isinstance(value, int)
+}
+
+
+def error_name(err: pynvml.NVMLError) -> str:
+    return ERROR_NAMES.get(err.value, f"ERROR_{err.value}")
+
+
+class _Calls:
+    """Runs NVML calls, turning an NVML error into None and remembering each function's outcome.
+
+    A function counts as "ok" once it answered on any GPU: a MIG-enabled GPU refusing
+    utilization says nothing about the model's support for it.
+    """
+
+    def __init__(self, support: dict[str, str] | None) -> None:
+        self.support = support if support is not None else {}
+
+    def __call__(self, function: Callable[..., T], *args: Any) -> T | None:
+        name = function.__name__
+        try:
+            result = function(*args)
+        except pynvml.NVMLError as err:
+            self.support.setdefault(name, error_name(err))
+            return None
+        self.support[name] = "ok"
+        return result
+
+
+def nvml_facts(support: dict[str, str] | None = None) -> dict[str, GpuFacts]:
+    """Every GPU NVML enumerates, keyed by `bus_id_key`; NVML must already be initialised.
+
+    `support`, when given, receives each NVML function's outcome: "ok" or the error's name.
+    """
+    call = _Calls(support)
+    facts: dict[str, GpuFacts] = {}
+    for index in range(pynvml.nvmlDeviceGetCount()):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        pci = pynvml.nvmlDeviceGetPciInfo(handle)
+        facts[bus_id_key(_str(pci.busId))] = _facts(call, handle, pci)
+    return facts
+
+
+def _facts(call: _Calls, handle: Any, pci: Any) -> GpuFacts:
+    name = call(pynvml.nvmlDeviceGetName, handle)
+    memory = _memory(call, handle)
+    utilization = call(pynvml.nvmlDeviceGetUtilizationRates, handle)
+    ecc = call(pynvml.nvmlDeviceGetEccMode, handle)
+    mig = call(pynvml.nvmlDeviceGetMigMode, handle)
+    return GpuFacts(
+        name=None if name is None else _str(name),
+        pci_device_id=pci.pciDeviceId,
+        memory_total_bytes=None if memory is None else memory[0],
+        memory_used_bytes=None if memory is None else memory[1],
+        temperature_c=_number(
+            call(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
+        ),
+        power_w=_watts(call(pynvml.nvmlDeviceGetPowerUsage, handle)),
+        power_limit_w=_watts(call(pynvml.nvmlDeviceGetPowerManagementLimit, handle)),
+        sm_clock_mhz=_number(call(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM)),
+        mem_clock_mhz=_number(call(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM)),
+        gpu_util_pct=None if utilization is None else float(utilization.gpu),
+        mem_util_pct=None if utilization is None else float(utilization.memory),
+        ecc_enabled=None if ecc is None else bool(ecc[0]),
+        mig_enabled=None if mig is None else bool(mig[0]),
+    )
+
+
+def _memory(call: _Calls, handle: Any) -> tuple[int, int] | None:
+    """(total, used without the driver's reservation); v1 of the API has no reservation."""
+    try:
+        memory = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+    except (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLLibraryMismatchError):
+        memory = call(pynvml.nvmlDeviceGetMemoryInfo, handle)
+        return None if memory is None else (int(memory.total), int(memory.used))
+    except pynvml.NVMLError as err:
+        call.support.setdefault("nvmlDeviceGetMemoryInfo", error_name(err))
+        return None
+    call.support["nvmlDeviceGetMemoryInfo"] = "ok"
+    return int(memory.total), max(0, int(memory.used) - int(memory.reserved))
+
+
+def _str(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _number(value: int | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _watts(milliwatts: int | None) -> float | None:
+    return None if milliwatts is None else milliwatts / 1000

@@ -1,0 +1,504 @@
+"""The harness's two outputs: a markdown report of one run, and the device record (YAML) of the
+GPU model it ran on, read with pynvml. Neither carries serial numbers, UUIDs or host names."""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pynvml
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from benchmarks.real_gpu.latency import README_FIGURES, SIM_CALL_US, CallTiming, ProcessUsage
+from benchmarks.real_gpu.load import Response
+from exporter.nvml.binding import NVMLError, error_name
+from exporter.nvml.mig_profile import profile_from_attributes
+
+MIB = 1 << 20
+RECORD_KEYS = (
+    "model_name",
+    "pci_device_id",
+    "memory_total_mib",
+    "power_limit_default_w",
+    "power_limit_min_w",
+    "power_limit_max_w",
+    "max_clocks_mhz",
+    "driver_version",
+    "gpm_supported",
+    "mig_capable",
+    "mig_profiles",
+    "nvml_support",
+    "source",
+    "captured",
+)
+# What must never reach a committed file: GPU and MIG UUIDs, and serial-number-like fields.
+IDENTIFIER = re.compile(
+    r"\b(?:GPU|MIG)-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-|\bserial\b|\bboard_part_number\b", re.I
+)
+
+# The families each NVML function feeds, for "did the exporter handle NOT_SUPPORTED".
+FUNCTION_FAMILIES: dict[str, tuple[str, ...]] = {
+    "nvmlDeviceGetTemperature": ("DCGM_FI_DEV_GPU_TEMP",),
+    "nvmlDeviceGetUtilizationRates": ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL"),
+    "nvmlDeviceGetEncoderUtilization": ("DCGM_FI_DEV_ENC_UTIL",),
+    "nvmlDeviceGetDecoderUtilization": ("DCGM_FI_DEV_DEC_UTIL",),
+    "nvmlDeviceGetMemoryInfo": ("DCGM_FI_DEV_FB_TOTAL", "DCGM_FI_DEV_FB_USED"),
+    "nvmlDeviceGetPowerManagementLimit": ("DCGM_FI_DEV_POWER_MGMT_LIMIT",),
+    "nvmlDeviceGetEnforcedPowerLimit": ("DCGM_FI_DEV_ENFORCED_POWER_LIMIT",),
+    "nvmlDeviceGetClockInfo": ("DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK"),
+    "nvmlDeviceGetCurrentClocksEventReasons": ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",),
+    "nvmlDeviceGetPcieThroughput": (
+        "DCGM_FI_DEV_PCIE_TX_THROUGHPUT",
+        "DCGM_FI_DEV_PCIE_RX_THROUGHPUT",
+    ),
+    "nvmlDeviceGetGridLicensableFeatures_v4": ("DCGM_FI_DEV_VGPU_LICENSE_STATUS",),
+    "nvmlGpmQueryDeviceSupport": ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
+}
+
+
+def model_slug(name: str) -> str:
+    """ "NVIDIA H200" -> "nvidia-h200": a file-name part that sorts with its model."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return slug or "unknown-gpu"
+
+
+def refuse_identifiers(text: str, what: str) -> None:
+    match = IDENTIFIER.search(text)
+    if match is not None:
+        raise ValueError(f"{what} would carry an identifier ({match.group(0)!r}); not written")
+
+
+# The device record
+
+
+def _try(support: dict[str, str], key: str, call: Callable[[], Any]) -> Any:
+    """Call, note the outcome under `key` ("ok" or NVML's error name), None on an error. A
+    function that answered once stays "ok" whatever a later argument makes it say."""
+    try:
+        result = call()
+    except NVMLError as exc:
+        support.setdefault(key, error_name(exc))
+        return None
+    support[key] = "ok"
+    return result
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _watts(milliwatts: Any) -> float | None:
+    if milliwatts is None:
+        return None
+    watts = milliwatts / 1000
+    return int(watts) if watts == int(watts) else round(watts, 3)
+
+
+def _mig_profiles(handle: Any, total_bytes: int | None, support: dict[str, str]) -> list[dict]:
+    profiles: list[dict] = []
+    for profile in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+        info = _try(
+            support,
+            "nvmlDeviceGetGpuInstanceProfileInfo",
+            lambda p=profile: pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, p),
+        )
+        if info is None or not info.instanceCount:
+            continue
+        name = _text(getattr(info, "name", b"")).removeprefix("MIG ").strip()
+        if not name and total_bytes:
+            name = (
+                profile_from_attributes(
+                    info.sliceCount, info.sliceCount, int(info.memorySizeMB), total_bytes
+                )
+                or ""
+            )
+        profiles.append(
+            {
+                "name": name or None,
+                "gi_profile_id": int(info.id),
+                "max_count": int(info.instanceCount),
+                "memory_mib": int(info.memorySizeMB),
+                "multiprocessors": int(info.multiprocessorCount),
+            }
+        )
+    return profiles
+
+
+def _profiles_handle(handle: Any, name: str, support: dict[str, str]) -> Any:
+    """A GPU of the same model that answers profile queries: some drivers only do with MIG on."""
+    candidates = [handle]
+    for index in range(pynvml.nvmlDeviceGetCount()):
+        other = pynvml.nvmlDeviceGetHandleByIndex(index)
+        mode = _try(support, "nvmlDeviceGetMigMode", lambda h=other: pynvml.nvmlDeviceGetMigMode(h))
+        if mode and mode[0] and _text(pynvml.nvmlDeviceGetName(other)) == name:
+            candidates.append(other)
+    return candidates
+
+
+def device_record(
+    source: str, support_seen: dict[str, str] | None = None, today: datetime.date | None = None
+) -> dict[str, Any]:
+    """The schema's record of GPU 0's model; pynvml must be initialised. `support_seen` adds
+    outcomes the caller observed elsewhere (the harness's own fact reads, the timings)."""
+    support: dict[str, str] = {}
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    name = _text(_try(support, "nvmlDeviceGetName", lambda: pynvml.nvmlDeviceGetName(handle)))
+    pci = _try(support, "nvmlDeviceGetPciInfo", lambda: pynvml.nvmlDeviceGetPciInfo(handle))
+    memory = _try(
+        support, "nvmlDeviceGetMemoryInfo", lambda: pynvml.nvmlDeviceGetMemoryInfo(handle)
+    )
+    total = None if memory is None else int(memory.total)
+    default_limit = _try(
+        support,
+        "nvmlDeviceGetPowerManagementDefaultLimit",
+        lambda: pynvml.nvmlDeviceGetPowerManagementDefaultLimit(handle),
+    )
+    constraints = _try(
+        support,
+        "nvmlDeviceGetPowerManagementLimitConstraints",
+        lambda: pynvml.nvmlDeviceGetPowerManagementLimitConstraints(handle),
+    )
+    max_sm = _try(
+        support,
+        "nvmlDeviceGetMaxClockInfo",
+        lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
+    )
+    max_mem = _try(
+        support,
+        "nvmlDeviceGetMaxClockInfo",
+        lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+    )
+    driver = _try(support, "nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion)
+    gpm = _try(
+        support, "nvmlGpmQueryDeviceSupport", lambda: pynvml.nvmlGpmQueryDeviceSupport(handle)
+    )
+    mig_mode = _try(support, "nvmlDeviceGetMigMode", lambda: pynvml.nvmlDeviceGetMigMode(handle))
+    profiles: list[dict] = []
+    for candidate in _profiles_handle(handle, name, support):
+        profiles = _mig_profiles(candidate, total, support)
+        if profiles:
+            break
+    for key, outcome in (support_seen or {}).items():
+        if outcome == "ok":
+            support[key] = "ok"
+        else:
+            support.setdefault(key, outcome)
+    return {
+        "model_name": name,
+        "pci_device_id": None if pci is None else f"0x{int(pci.pciDeviceId):08X}",
+        "memory_total_mib": None if total is None else total // MIB,
+        "power_limit_default_w": _watts(default_limit),
+        "power_limit_min_w": None if constraints is None else _watts(constraints[0]),
+        "power_limit_max_w": None if constraints is None else _watts(constraints[1]),
+        "max_clocks_mhz": {"sm": max_sm, "memory": max_mem},
+        "driver_version": None if driver is None else _text(driver),
+        "gpm_supported": bool(gpm is not None and gpm.isSupportedDevice),
+        # A MIG-capable GPU answers the mode query whether MIG is on or off.
+        "mig_capable": mig_mode is not None,
+        "mig_profiles": profiles,
+        "nvml_support": dict(sorted(support.items())),
+        "source": source,
+        "captured": (today or datetime.date.today()).isoformat(),
+    }
+
+
+def record_yaml(record: dict[str, Any], header: str) -> str:
+    body = yaml.safe_dump(record, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    comments = "".join(f"# {line}\n" for line in header.splitlines())
+    text = comments + body
+    refuse_identifiers(text, "the device record")
+    return text
+
+
+# The markdown report
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorGrowth:
+    """nvml_errors_total per (function, error) at the first and the last scrape."""
+
+    first: dict[tuple[str, str], float]
+    last: dict[tuple[str, str], float]
+
+    def grown(self, function: str) -> float:
+        return sum(
+            value - self.first.get(key, 0.0)
+            for key, value in self.last.items()
+            if key[0] == function
+        )
+
+
+def nvml_errors(exposition: str) -> dict[tuple[str, str], float]:
+    out: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(exposition):
+        if family.name != "kube_gpu_exporter_nvml_errors":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                key = (sample.labels.get("function", ""), sample.labels.get("error", ""))
+                out[key] = float(sample.value)
+    return out
+
+
+def exported_families(exposition: str) -> set[str]:
+    return {family.name for family in text_string_to_metric_families(exposition) if family.samples}
+
+
+@dataclass(frozen=True, slots=True)
+class Unsupported:
+    function: str
+    error: str
+    families: tuple[str, ...]
+    families_absent: bool
+    errors_grew: float
+
+    @property
+    def handled(self) -> bool:
+        return self.families_absent and self.errors_grew == 0
+
+
+def unsupported_handling(
+    support: dict[str, str], exported: set[str], errors: ErrorGrowth
+) -> list[Unsupported]:
+    """Each call the GPU refuses for good, and whether the exporter kept quiet about it: no
+    series of its families, and no error count growing sweep after sweep."""
+    out = []
+    for function, outcome in sorted(support.items()):
+        if outcome not in ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND"):
+            continue
+        families = FUNCTION_FAMILIES.get(function, ())
+        absent = not (set(families) & exported)
+        out.append(Unsupported(function, outcome, families, absent, errors.grown(function)))
+    return out
+
+
+@dataclass
+class RunReport:
+    """Everything one run measured; `checks` are R1's comparison rows (duck-typed Check)."""
+
+    model_name: str
+    simulate: bool
+    minutes: float
+    driver_version: str | None
+    gpus: int
+    load_description: str
+    checks: dict[str, Sequence[Any]] = field(default_factory=dict)  # source -> Check rows
+    responses: Sequence[Response] = ()
+    unsupported: Sequence[Unsupported] = ()
+    timings: Sequence[CallTiming] = ()
+    sweep_seconds: Sequence[float] = ()
+    sweep_estimate_us: tuple[float, float] = (0.0, 0.0)
+    scrape_seconds: Sequence[float] = ()
+    usage: ProcessUsage | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _verdict(ok: bool | None) -> str:
+    return {True: "ok", False: "**FAIL**", None: "n/a"}[ok]
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return lines
+
+
+def _check_section(source: str, checks: Sequence[Any]) -> list[str]:
+    failed = sum(1 for c in checks if c.ok is False)
+    lines = [f"### Against {source}", "", f"{len(checks)} checks, {failed} failed.", ""]
+    rows = [
+        (
+            c.family,
+            c.gpu,
+            _fmt(c.exported, 3),
+            _fmt(c.reference, 3),
+            _fmt(c.tolerance, 3),
+            _verdict(c.ok),
+            c.note or "",
+        )
+        for c in checks
+    ]
+    header = ("family", "GPU", "exported", "reference", "tolerance", "verdict", "note")
+    return [*lines, *_table(header, rows), ""]
+
+
+def _percentiles(seconds: Sequence[float]) -> tuple[float, float] | None:
+    from benchmarks.real_gpu.latency import summarise
+
+    if not seconds:
+        return None
+    median_us, p95_us = summarise("sample", seconds)
+    return median_us / 1e3, p95_us / 1e3
+
+
+def render(report: RunReport) -> str:
+    mode = "simulated node (--simulate)" if report.simulate else "real GPU"
+    lines = [
+        f"# Real-GPU validation: {report.model_name}",
+        "",
+        f"- Mode: {mode}; {report.gpus} GPU(s); driver {report.driver_version or 'unknown'}",
+        f"- Run: {report.minutes:g} minutes, half idle, half under load",
+        f"- Load: {report.load_description}",
+    ]
+    if report.simulate:
+        lines.append(
+            "- **Simulated run.** The exporter and this harness each run their own simulator; "
+            "their values drift apart in time, so value mismatches below are expected. Only "
+            "the shapes (families, GPUs, identity) and the pipeline are checked."
+        )
+    lines += [f"- {note}" for note in report.notes]
+    lines += ["", "## Exported families against independent reads", ""]
+    if not report.checks:
+        lines += ["No reference source was read.", ""]
+    for source, checks in report.checks.items():
+        lines += _check_section(source, checks)
+
+    lines += ["## NOT_SUPPORTED on this GPU", ""]
+    if report.unsupported:
+        rows = [
+            (
+                u.function,
+                u.error,
+                ", ".join(u.families) or "-",
+                "absent" if u.families_absent else "**exported**",
+                _fmt(u.errors_grew, 0),
+                "yes" if u.handled else "**no**",
+            )
+            for u in report.unsupported
+        ]
+        header = ("function", "answer", "families", "series", "error growth", "handled")
+        lines += [*_table(header, rows), ""]
+    else:
+        lines += ["Every call answered.", ""]
+
+    lines += ["## Load response", ""]
+    rows = [
+        (
+            r.family,
+            r.gpu,
+            _fmt(r.idle_mean),
+            _fmt(r.load_mean),
+            r.rule or "-",
+            _verdict(r.ok),
+            r.note,
+        )
+        for r in report.responses
+    ]
+    header = ("family", "GPU", "idle mean", "load mean", "rule", "verdict", "note")
+    lines += [*_table(header, rows), ""]
+
+    lines += _timing_section(report)
+    text = "\n".join(lines).rstrip() + "\n"
+    refuse_identifiers(text, "the report")
+    return text
+
+
+def _timing_section(report: RunReport) -> list[str]:
+    lines = ["## Timings", "", "### NVML calls on GPU 0", ""]
+    lines.append(
+        f"Simulator model: {SIM_CALL_US:g} µs per call, the PCIe sample window per direction."
+    )
+    lines.append("")
+    rows = [
+        (
+            t.label,
+            "sweep" if t.per_sweep else "identity / helper",
+            str(t.calls),
+            _fmt(t.median_us, 1),
+            _fmt(t.p95_us, 1),
+            _fmt(t.simulated_us, 0),
+            "-" if t.ratio is None else f"{t.ratio:.2f}x",
+            t.error or "",
+        )
+        for t in report.timings
+    ]
+    header = (
+        "function",
+        "when",
+        "calls",
+        "median µs",
+        "p95 µs",
+        "simulator µs",
+        "real/sim",
+        "error",
+    )
+    lines += [*_table(header, rows), ""]
+    real_us, sim_us = report.sweep_estimate_us
+    lines.append(
+        f"One GPU's per-sweep calls in a row: {real_us:,.0f} µs measured, "
+        f"{sim_us:,.0f} µs in the simulator's model."
+    )
+    lines.append("")
+    sweep = _percentiles(report.sweep_seconds)
+    scrape = _percentiles(report.scrape_seconds)
+    readme = README_FIGURES
+    rows2: list[tuple[str, str, str]] = []
+    if sweep:
+        rows2.append(
+            (
+                "sweep duration (exporter gauge) median / p95 ms",
+                f"{sweep[0]:.2f} / {sweep[1]:.2f}",
+                "-",
+            )
+        )
+    if scrape:
+        rows2.append(
+            (
+                "scrape latency (GET /metrics, 1 client) median / p95 ms",
+                f"{scrape[0]:.2f} / {scrape[1]:.2f}",
+                f"{readme['scrape_p50_ms']:.2f} / {readme['scrape_p99_ms']:.2f}"
+                " (p50 / p99, 16 clients)",
+            )
+        )
+    if report.usage is not None:
+        usage = report.usage
+        rows2.append(
+            (
+                "exporter CPU s/h (1 s interval here)",
+                f"{usage.cpu_seconds_per_hour:.1f}",
+                f"{readme['cpu_seconds_per_hour_at_5s']:g} (5 s interval)",
+            )
+        )
+        rows2.append(
+            (
+                "exporter RSS median / peak MB",
+                f"{usage.steady_rss_mb:.1f} / {usage.peak_rss_bytes / 1e6:.1f}",
+                f"{readme['steady_rss_mb']:g} steady",
+            )
+        )
+    lines += [
+        "### The exporter",
+        "",
+        *_table(("figure", "this run", "README (simulated one-GPU node)"), rows2),
+        "",
+    ]
+    return lines
+
+
+def write_outputs(
+    out: Path, report: RunReport, record: dict[str, Any], record_header: str
+) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    slug = model_slug(report.model_name)
+    markdown = out / f"real-gpu-{slug}.md"
+    record_path = out / f"device-record-{slug}.yaml"
+    markdown_text = render(report)
+    record_text = record_yaml(record, record_header)
+    markdown.write_text(markdown_text)
+    record_path.write_text(record_text)
+    return markdown, record_path
