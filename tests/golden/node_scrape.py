@@ -30,7 +30,7 @@ from exporter.poller import Poller
 from exporter.server import build_app
 from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.resource_slices import resource_slices
-from tests.fake_kube_api import FakeKubeApi
+from tests.fake_kube_api import FakeKubeApi, write_kubeconfig
 
 GOLDEN_DIR = Path(__file__).resolve().parent
 REPO = GOLDEN_DIR.parent.parent
@@ -91,7 +91,9 @@ def scrape(golden: Golden) -> str:
         if golden.kubernetes:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="golden-")))
             api = stack.enter_context(_fake_api())
-            flags.append(f"--kubernetes.kubeconfig={_kubeconfig(tmp, api.host)}")
+            flags.append(
+                f"--kubernetes.kubeconfig={write_kubeconfig(tmp / 'kubeconfig', api.host)}"
+            )
         simulate = ["--simulate", golden.fleet] if golden.fleet else ["--simulate"]
         config = parse_config([*simulate, *flags], environ={})
         nvml, kubelet, config = stack.enter_context(simulated_node(config))
@@ -164,17 +166,6 @@ def _fake_api() -> Iterator[FakeKubeApi]:
         api.stop()
         # load_kube_config() set the client's process-wide default; later tests must not inherit it.
         kubernetes.client.Configuration.set_default(None)
-
-
-def _kubeconfig(directory: Path, host: str) -> Path:
-    path = directory / "kubeconfig"
-    path.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: golden\n"
-        f"clusters:\n- name: golden\n  cluster:\n    server: {host}\n"
-        "contexts:\n- name: golden\n  context:\n    cluster: golden\n    user: golden\n"
-        "users:\n- name: golden\n  user: {}\n"
-    )
-    return path
 
 
 def _publish_cluster_state(api: FakeKubeApi, kubelet: FakeKubelet, node_name: str) -> None:
