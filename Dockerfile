@@ -1,23 +1,47 @@
 # kube-gpu-exporter container image. Two stages: the first builds a virtualenv from the wheel, the
-# second is a plain slim Python with that virtualenv copied in: no compilers, no pip cache, no
-# build tools. Every dependency ships manylinux wheels, so nothing is compiled at all.
+# second is a plain slim Python with that virtualenv copied in: no compilers, no pip, no build
+# tools. Every dependency ships manylinux wheels, so nothing is compiled at all.
 #
 # NVML (libnvidia-ml.so.1) is not in the image: the NVIDIA container runtime mounts the host
 # driver's copy together with /dev/nvidia* when NVIDIA_VISIBLE_DEVICES is set (see deploy/).
+#
+# `make image` builds it; `make image BASE=debian-local` builds on a base made from Debian
+# packages where no registry is reachable (python3 rather than python below works on both).
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 WORKDIR /src
-RUN python -m venv /opt/kube-gpu-exporter
+RUN python3 -m venv /opt/kube-gpu-exporter
 COPY pyproject.toml README.md ./
 COPY exporter ./exporter
-# Bytecode is compiled here because the running container's root filesystem is read-only; pip and
-# setuptools (24 MB) are not needed at run time.
-RUN /opt/kube-gpu-exporter/bin/pip install --no-cache-dir . \
-    && /opt/kube-gpu-exporter/bin/python -m pip uninstall --yes pip setuptools \
-    && /opt/kube-gpu-exporter/bin/python -m compileall -q /opt/kube-gpu-exporter
+# false: no `kubernetes` client (and its pydantic/requests/oauthlib tree), so no --kubernetes.
+# Declared here, late, so that both variants share the cached steps above.
+ARG WITH_KUBERNETES=true
+# The requirements come from pyproject.toml, less the client when it is not wanted; the wheel then
+# goes in without resolving again. A CA bundle given as the `ca-bundle` build secret is trusted by
+# pip for this step only (networks that inspect TLS) and never lands in a layer.
+# Then what the running exporter never uses goes: pip, setuptools and wheel, the dependencies'
+# own test suites, and the kubernetes client's asyncio twin, kubernetes.aio (66 MB, a third of the
+# virtualenv): the exporter uses the synchronous client, and nothing outside kubernetes.aio
+# imports it. Bytecode is compiled once, here, because the root filesystem is read-only at run
+# time; pip already compiled what it installed, so compileall only fills gaps.
+RUN --mount=type=secret,id=ca-bundle,required=false \
+    set -eu; venv=/opt/kube-gpu-exporter; \
+    if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi; \
+    "$venv/bin/python" -c 'import sys, tomllib; \
+        kube = sys.argv[1] != "false"; \
+        deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; \
+        print("\n".join(d for d in deps if kube or not d.startswith("kubernetes")))' \
+        "$WITH_KUBERNETES" > requirements.txt; \
+    "$venv/bin/pip" install --no-cache-dir --requirement requirements.txt; \
+    "$venv/bin/pip" install --no-cache-dir --no-deps .; \
+    "$venv/bin/python" -m pip uninstall --yes --quiet pip setuptools wheel; \
+    site="$(echo "$venv"/lib/python3*/site-packages)"; \
+    find "$site" -mindepth 2 -type d -name tests -prune -exec rm -rf {} +; \
+    rm -rf "$site/kubernetes/aio"; \
+    "$venv/bin/python" -m compileall -q "$venv"
 
 FROM ${PYTHON_IMAGE}
 ARG VERSION=0.1.0
@@ -27,6 +51,13 @@ LABEL org.opencontainers.image.title="kube-gpu-exporter" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.source="https://github.com/kube-gpu-exporter/kube-gpu-exporter" \
       org.opencontainers.image.documentation="https://github.com/kube-gpu-exporter/kube-gpu-exporter#deploy-on-kubernetes"
+# The base's own installer goes too (python:*-slim keeps pip, setuptools and wheel in its
+# site-packages and ensurepip's wheels, Debian's python3-venv its copies of them): nothing
+# installs anything at run time.
+RUN rm -rf /usr/local/bin/pip* /usr/local/lib/python3*/site-packages/pip* \
+        /usr/local/lib/python3*/site-packages/setuptools* \
+        /usr/local/lib/python3*/site-packages/wheel* \
+        /usr/local/lib/python3*/ensurepip/_bundled /usr/share/python-wheels
 COPY --from=build /opt/kube-gpu-exporter /opt/kube-gpu-exporter
 ENV PATH=/opt/kube-gpu-exporter/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -10,6 +10,7 @@ ARGS ?=
 WORKERS ?= 2
 
 .PHONY: run demo check test stress-test golden lint bench soak bundle protos system-deps clean validate-gpu
+.PHONY: grafana-schema-deps
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,16 +27,49 @@ demo: $(VENV)/.installed system-deps
 	$(PY) -m bundle.localstack $(ARGS)
 
 ## system-deps: Debian packages the tests, benchmarks and demo use (Prometheus, Alertmanager, wrk,
-## and VictoriaMetrics with vmalert for the global-view test)
+## VictoriaMetrics with vmalert for the global-view test, and podman, runc, skopeo and debootstrap
+## to build and run the container image)
 system-deps:
 	@if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null \
-			|| ! command -v wrk >/dev/null || ! command -v vmalert >/dev/null; then \
+			|| ! command -v wrk >/dev/null || ! command -v vmalert >/dev/null \
+			|| ! command -v podman >/dev/null || ! command -v runc >/dev/null \
+			|| ! command -v skopeo >/dev/null || ! command -v debootstrap >/dev/null; then \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
-			prometheus prometheus-alertmanager wrk victoria-metrics >/dev/null; \
+			prometheus prometheus-alertmanager wrk victoria-metrics \
+			podman runc netavark uidmap buildah skopeo debootstrap >/dev/null; \
 	fi
 	@promtool --version | head -n 1
 	@prometheus-alertmanager --version 2>&1 | head -n 1
+
+## grafana-schema-deps: Node.js and npm (Debian packages) and the pinned npm packages the
+## dashboard schema check runs, Grafana's schema and TypeScript, into build/grafana-schema;
+## `npm ci` runs again only when tests/grafana_schema/package-lock.json differs from the stamp
+GRAFANA_SCHEMA := build/grafana-schema
+grafana-schema-deps:
+	@if ! command -v node >/dev/null || ! command -v npm >/dev/null; then \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
+			nodejs npm >/dev/null; \
+	fi
+	@if ! cmp -s tests/grafana_schema/package-lock.json $(GRAFANA_SCHEMA)/.installed; then \
+		mkdir -p $(GRAFANA_SCHEMA) && rm -f $(GRAFANA_SCHEMA)/.installed && \
+		cp tests/grafana_schema/package.json tests/grafana_schema/package-lock.json \
+			$(GRAFANA_SCHEMA)/ && \
+		(cd $(GRAFANA_SCHEMA) && npm ci --no-audit --no-fund --no-update-notifier \
+			--loglevel=error) && \
+		cp tests/grafana_schema/package-lock.json $(GRAFANA_SCHEMA)/.installed; \
+	fi
+	@echo "node $$(node --version), $$(cd $(GRAFANA_SCHEMA) && node_modules/.bin/tsc --version)"
+
+## image: the container image kube-gpu-exporter:<version> (and :latest), built by docker, podman
+## or buildah, the first that works (ENGINE=podman to choose). Where no registry is reachable,
+## BASE=debian-local builds on a Python base made here from Debian packages (root, debootstrap);
+## BASE=<image> builds on another Python 3.11 image. ARGS="--measure" then prints its size per
+## layer and package; ARGS="--without-kubernetes" leaves out the client (tags end -no-kubernetes)
+.PHONY: image
+image:
+	$(PYTHON) -m deploy.image $(if $(ENGINE),--engine '$(ENGINE)') $(if $(BASE),--base '$(BASE)') $(ARGS)
 
 ## lint: ruff check and format check
 lint: $(VENV)/.installed
@@ -48,12 +82,12 @@ check: $(VENV)/.installed lint
 	$(PY) -m pytest -m unit -n $(WORKERS) -q $(ARGS)
 
 ## test: install everything the tests need, then lint and run the whole suite
-test: $(VENV)/.installed system-deps lint
+test: $(VENV)/.installed system-deps grafana-schema-deps lint
 	$(PY) -m pytest
 
 ## stress-test: the whole suite three times in a row beside two CPU-burning processes; stops at
 ## the first failure
-stress-test: $(VENV)/.installed system-deps lint
+stress-test: $(VENV)/.installed system-deps grafana-schema-deps lint
 	$(PY) -m tests.stress $(ARGS)
 
 ## golden: regenerate the committed golden exposition of the default simulated node

@@ -7,6 +7,10 @@ and schemaVersion 12, which would make Grafana migrate the dashboard on every lo
 - provisioned/: for file provisioning and the kube-prometheus-stack Grafana sidecar. Uses only
   the `datasource` variable; `__inputs` would break it ("Datasource ... was not found").
 - grafana-com/: for the Import UI and grafana.com, with `__inputs` and `__requires`.
+
+Both follow Grafana's own dashboard schema, oldest and newest supported release:
+tests/test_dashboard_schema.py checks them with it, and docs/grafana.md says what it allows
+beyond it and why.
 """
 
 from __future__ import annotations
@@ -23,8 +27,22 @@ from dashboards import cluster_capacity, gpu_devices
 from dashboards.panels import Cell, ref_id
 
 DASHBOARDS: tuple[ModuleType, ...] = (cluster_capacity, gpu_devices)
-# Grafana 10.4's schema: the JSON below follows it, so Grafana loads it without migrating.
+# The oldest Grafana the dashboards support, written into `__requires`
+# (docs/grafana.md, 'Supported releases').
+OLDEST_GRAFANA = "10.4.0"
+# What Grafana 10.4 writes. Newer releases migrate it forward through 40-42, which change nothing
+# these dashboards contain; a newer number would be a version from the future to the releases
+# before it (docs/grafana.md, 'Schema version').
 SCHEMA_VERSION = 39
+# A core panel's name as Grafana's exporter writes it into `__requires`.
+PANEL_NAMES = {
+    "bargauge": "Bar gauge",
+    "gauge": "Gauge",
+    "stat": "Stat",
+    "state-timeline": "State timeline",
+    "table": "Table",
+    "timeseries": "Time series",
+}
 GRID_WIDTH = 24
 DROP_DASHBOARD_KEYS = ("rows", "style", "gnetId", "id", "hideControls", "sharedCrosshair")
 DROP_PANEL_KEYS = (
@@ -132,14 +150,26 @@ def _fix_panel(panel: dict[str, Any], panel_id: int, config: BundleConfig) -> No
     if panel.get("type") == "table":
         for key in ("columns", "fontSize", "mappings", "color"):
             panel.pop(key, None)
+        custom = panel["fieldConfig"]["defaults"].setdefault("custom", {})
+        # Deprecated for cellOptions, in 10.4's schema already; the table panel would rewrite it.
+        if custom.pop("displayMode", "auto") != "auto":
+            raise ValueError(f"table {panel.get('title')!r}: only the auto cell type is mapped")
+        custom["cellOptions"] = {"type": "auto"}
     thresholds = panel.get("fieldConfig", {}).get("defaults", {}).get("thresholds")
     if thresholds is not None:
         if not thresholds.get("steps"):
             thresholds["steps"] = [{"color": "green", "value": None}]
         thresholds["steps"][0]["value"] = None
+    legend = panel.get("options", {}).get("legend")
+    if legend is not None:
+        # Grafana's schema requires both (VizLegendOptions); grafanalib writes no showLegend.
+        legend.setdefault("showLegend", True)
+        legend.setdefault("calcs", [])
 
 
 def _template_query(template: dict[str, Any]) -> None:
+    # Tags went with tag-based variables; the schema's VariableOption has none.
+    template.get("current", {}).pop("tags", None)
     if template.get("includeAll"):
         multi = template.get("multi", False)
         template["current"] = {
@@ -147,6 +177,10 @@ def _template_query(template: dict[str, Any]) -> None:
             "text": ["All"] if multi else "All",
             "value": ["$__all"] if multi else "$__all",
         }
+    elif "text" not in template.get("current", {}):
+        # grafanalib's placeholder ({"selected": false}) is no option: VariableOption needs a
+        # text and a value. Without one Grafana selects the first value the query returns.
+        template.pop("current", None)
     for key in ("tagValuesQuery", "tagsQuery", "useTags", "auto", "auto_count", "auto_min"):
         template.pop(key, None)
     if template.get("type") != "query":
@@ -187,6 +221,8 @@ def build(module: ModuleType, config: BundleConfig) -> dict[str, Any]:
     data.pop("__inputs", None)
     data["schemaVersion"] = SCHEMA_VERSION
     data["graphTooltip"] = 1  # shared crosshair across panels
+    # Unused since Grafana 5; schema version 41 deletes it and the schema no longer has it.
+    data["timepicker"].pop("time_options", None)
     for panel_id, panel in enumerate(data["panels"], start=1):
         _fix_panel(panel, panel_id, config)
     for template in data["templating"]["list"]:
@@ -209,12 +245,14 @@ def grafana_com(provisioned: dict[str, Any]) -> dict[str, Any]:
             "pluginName": "Prometheus",
         }
     ]
-    panel_types = sorted({p["type"] for p in data["panels"] if p["type"] != "row"})
-    data["__requires"] = [
-        {"type": "grafana", "id": "grafana", "name": "Grafana", "version": "10.4.0"},
+    panel_types = {p["type"] for p in data["panels"] if p["type"] != "row"}
+    requires = [
+        {"type": "grafana", "id": "grafana", "name": "Grafana", "version": OLDEST_GRAFANA},
         {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
-        *({"type": "panel", "id": t, "name": t, "version": ""} for t in panel_types),
+        *({"type": "panel", "id": t, "name": PANEL_NAMES[t], "version": ""} for t in panel_types),
     ]
+    # Sorted by id, as Grafana's exporter writes them.
+    data["__requires"] = sorted(requires, key=lambda r: r["id"])
     for template in data["templating"]["list"]:
         if template["name"] == "datasource":
             template["current"] = {

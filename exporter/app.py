@@ -50,6 +50,24 @@ def simulated_fleet(config: Config) -> Any:
         raise ConfigurationError(str(exc)) from None
 
 
+# Tried after tempfile's own candidates (TMPDIR, /tmp, /var/tmp, ...): Docker, podman and
+# Kubernetes mount a writable /dev/shm even under a read-only root filesystem with no /tmp.
+SCRATCH_FALLBACKS: tuple[str, ...] = ("/dev/shm",)
+
+
+def scratch_directory() -> tempfile.TemporaryDirectory[str]:
+    """A new private directory for the simulated node's sockets and files, created at once; a
+    ConfigurationError (one line) where no candidate is writable."""
+    for parent in (None, *SCRATCH_FALLBACKS):
+        with contextlib.suppress(OSError):
+            return tempfile.TemporaryDirectory(prefix="kube-gpu-exporter-", dir=parent)
+    raise ConfigurationError(
+        "--simulate needs a writable directory for its fake kubelet's socket, and TMPDIR, /tmp, "
+        f"/var/tmp and {', '.join(SCRATCH_FALLBACKS)} are all missing or read-only: "
+        "mount an emptyDir or a tmpfs at /tmp"
+    )
+
+
 @contextlib.contextmanager
 def simulated_node(config: Config, fleet: Any = None) -> Iterator[tuple[Any, Any, Config]]:
     """Patch the simulated node into pynvml and start its fake kubelet; yields the simulator, the
@@ -61,6 +79,8 @@ def simulated_node(config: Config, fleet: Any = None) -> Iterator[tuple[Any, Any
     from exporter.simulator.processes import ProcessTable
 
     fleet = simulated_fleet(config) if fleet is None else fleet
+    # First: without it the simulator cannot start, and a refusal is better said before anything.
+    scratch = scratch_directory()
     log.info(
         "simulating node %s with %d GPUs (driver %s)",
         fleet.node_name,
@@ -68,7 +88,7 @@ def simulated_node(config: Config, fleet: Any = None) -> Iterator[tuple[Any, Any
         fleet.driver_version,
     )
     nvml = FakeNvml(fleet).install()
-    with tempfile.TemporaryDirectory(prefix="kube-gpu-exporter-") as tmp:
+    with scratch as tmp:
         kubelet = FakeKubelet(nvml, Path(tmp) / "kubelet.sock").start()
         log.info("fake kubelet pod-resources socket at %s", kubelet.socket_path)
         attribution = replace(config.attribution, socket_path=str(kubelet.socket_path))

@@ -9,6 +9,7 @@ A bad flag or value prints one line naming it and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import re
@@ -525,6 +526,11 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
             raise UsageError(f"{flag} needs --kubernetes: pod UIDs and labels come from the API")
     if args.kubernetes and not node_name and args.simulate is None:
         raise UsageError("--kubernetes needs the node name: set NODE_NAME or --node-name")
+    if args.kubernetes and importlib.util.find_spec("kubernetes") is None:
+        raise UsageError(
+            "--kubernetes needs the kubernetes client, which this installation lacks "
+            "(an image built with WITH_KUBERNETES=false): use the default image"
+        )
     attribution = AttributionConfig(
         podresources_enabled=args.podresources,
         socket_path=args.podresources_socket,

@@ -371,3 +371,18 @@ def test_hash_password_help_names_the_cost(cli):
     code, out, _ = cli("hash-password", "--help")
     assert code == 0 and "--cost" in out and "basic_auth_users" in out
     assert "hash-password" in cli("--help")[1]
+
+
+def test_kubernetes_without_its_client_is_one_clear_error(cli, monkeypatch):
+    """An image built with WITH_KUBERNETES=false has no kubernetes package."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "kubernetes" else real(name, *a),
+    )
+    code, _, err = cli("--kubernetes", "--node-name=node-a")
+    assert code == 2
+    assert_one_error_line(err, "--kubernetes needs the kubernetes client")
