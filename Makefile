@@ -94,9 +94,10 @@ stress-test: $(VENV)/.installed system-deps grafana-schema-deps lint
 golden: $(VENV)/.installed
 	$(PY) -m tests.golden.regenerate
 
-## bench: exporter against a baseline and nvitop-exporter on four fleets, then a 1,000-node
-## Prometheus backfill and its dashboard queries (about an hour; ARGS="--quick", "--part exporter",
-## "--output bench.md")
+## bench: exporter against a baseline and nvitop-exporter on four fleets, its overhead beside
+## nvitop-exporter with and without the simulator's share and where its time and memory go, then a
+## 1,000-node Prometheus backfill and its dashboard queries (about 75 minutes; ARGS="--quick",
+## "--part exporter|overhead|prometheus", "--output bench.md")
 bench: $(VENV)/.installed system-deps
 	$(PY) -m benchmarks $(ARGS)
 

@@ -1,10 +1,14 @@
-"""`make bench`: the exporter side and the Prometheus side, printed as one markdown report.
+"""`make bench`: the exporter side, its overhead beside nvitop-exporter, and the Prometheus side,
+printed as one markdown report.
 
-    python -m benchmarks [--part all|exporter|prometheus] [--output FILE] [--quick] ...
+    python -m benchmarks [--part all|exporter|overhead|prometheus] [--output FILE] [--quick] ...
 
-The full run takes about an hour on a 2-core machine: roughly half for the exporter side (four
-fleets x three exporters, each watched for a minute and driven by wrk), half for the 1,000-node
-backfill and its queries. `--quick` runs the default fleet and a 50-node cluster for a smoke test.
+The full run takes about 75 minutes on a 2-core machine: roughly half for the exporter side (four
+fleets x three exporters, each watched for a minute and driven by wrk), ten minutes for the
+overhead runs (benchmarks/overhead.py: both exporters at once at a 1 s and a 5 s poll, on live and
+on precomputed simulated NVML, then the profile of where the exporter's own time and memory go),
+and the rest for the 1,000-node backfill and its queries. `--quick` runs the default fleet, short
+overhead windows and a 50-node cluster for a smoke test.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from pathlib import Path
 from benchmarks import (
     exporter_report,
     exporter_side,
+    overhead,
+    overhead_profile,
     process_accounting,
     prometheus_report,
     prometheus_side,
@@ -53,7 +59,9 @@ def machine() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("--part", choices=("all", "exporter", "prometheus"), default="all")
+    parser.add_argument(
+        "--part", choices=("all", "exporter", "overhead", "prometheus"), default="all"
+    )
     parser.add_argument("--output", help="also write the report to this file")
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
     parser.add_argument("--fleets", help="comma-separated fleets for the exporter side")
@@ -90,6 +98,20 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(exporter_report.render(results))
         progress("process accounting rounds")
         sections += ["", "### Process accounting", "", process_accounting.summary() + ".", ""]
+    if args.part in ("all", "overhead"):
+        settings = overhead.Settings()
+        if args.quick:
+            settings = replace(settings, warmup_seconds=10.0, window_seconds=15.0)
+        rows = overhead.run(settings, progress)
+        sections += ["### Overhead beside nvitop-exporter", "", overhead.render(rows), ""]
+        progress("overhead profile")
+        seconds = 10.0 if args.quick else 30.0
+        sections += [
+            "### Where the exporter's own time and memory go",
+            "",
+            overhead_profile.run(seconds=seconds),
+            "",
+        ]
     if args.part in ("all", "prometheus"):
         scale = Scale(cluster=QUICK_CLUSTER) if args.quick else Scale()
         result = prometheus_side.run(scale, progress, workdir_parent=args.workdir)

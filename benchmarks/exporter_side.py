@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from benchmarks import wrk
 from benchmarks.processes import (
     REPO,
     ProcSample,
+    fake_kubelet,
     free_port,
     pinned,
     proc_sample,
@@ -128,20 +130,22 @@ def exposition(port: int) -> tuple[int, int, int | None]:
     return series, len(body), len(packed) if compressed else None
 
 
-class _Prometheus:
-    """A real Prometheus scraping one target."""
+class BenchPrometheus:
+    """A real Prometheus scraping the targets on these ports, as job "bench"."""
 
-    def __init__(self, target_port: int, workdir: Path, settings: Settings) -> None:
+    def __init__(
+        self, target_ports: Sequence[int], workdir: Path, scrape_interval: str, scrape_timeout: str
+    ) -> None:
         from bundle.localstack.processes import ChildProcess, find_binary
 
         self.port = free_port()
         config = workdir / "prometheus.yml"
+        targets = ", ".join(f"'127.0.0.1:{port}'" for port in target_ports)
         config.write_text(
-            f"global: {{scrape_interval: {settings.scrape_interval}, "
-            f"scrape_timeout: {settings.scrape_timeout}}}\n"
+            f"global: {{scrape_interval: {scrape_interval}, scrape_timeout: {scrape_timeout}}}\n"
             "scrape_configs:\n"
             "- job_name: bench\n"
-            f"  static_configs: [{{targets: ['127.0.0.1:{target_port}']}}]\n"
+            f"  static_configs: [{{targets: [{targets}]}}]\n"
         )
         binary = find_binary("prometheus", package="prometheus")
         self.child = ChildProcess(
@@ -159,22 +163,24 @@ class _Prometheus:
             f"http://127.0.0.1:{self.port}/-/ready",
         )
 
-    def __enter__(self) -> _Prometheus:
+    def __enter__(self) -> BenchPrometheus:
         self.child.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.child.stop()
 
-    def scrape_seconds(self) -> tuple[float | None, int]:
-        """Mean duration of the run's successful scrapes (None if none), and how many failed."""
+    def scrape_seconds(self, target_port: int) -> tuple[float | None, int]:
+        """Mean duration of the run's successful scrapes of one target (None if none), and how
+        many failed."""
         from bundle.localstack.prometheus_api import PrometheusAPI
 
         api = PrometheusAPI(f"http://127.0.0.1:{self.port}")
+        selector = f'job="bench",instance="127.0.0.1:{target_port}"'
 
         def raw(metric: str) -> dict[float, float]:
             # A range selector returns the stored samples themselves, one per scrape.
-            series = api.query(f'{metric}{{job="bench"}}[1h]')
+            series = api.query(f"{metric}{{{selector}}}[1h]")
             return {float(t): float(v) for t, v in series[0]["values"]} if series else {}
 
         up, durations = raw("up"), raw("scrape_duration_seconds")
@@ -220,7 +226,9 @@ def measure_participant(
         wait_ready(port, "/readyz" if name == "ours" else "/metrics", timeout=60)
         prometheus_dir = workdir / f"prometheus-{name}"
         prometheus_dir.mkdir()
-        with _Prometheus(port, prometheus_dir, settings) as prometheus:
+        with BenchPrometheus(
+            [port], prometheus_dir, settings.scrape_interval, settings.scrape_timeout
+        ) as prometheus:
             time.sleep(settings.warmup_seconds)
             start = proc_sample(process.pid)
             samples, seconds = quiet_window(process.pid, start, settings.cpu_window_seconds)
@@ -230,7 +238,7 @@ def measure_participant(
             series, body_bytes, gzip_bytes = exposition(port)
             latency = scrape_latency(port, settings)
             final = proc_sample(process.pid)
-            scrape_seconds, scrape_failures = prometheus.scrape_seconds()
+            scrape_seconds, scrape_failures = prometheus.scrape_seconds(port)
     finally:
         stop(process)
         log.close()
@@ -295,33 +303,14 @@ def measure_fleet(fleet: str, settings: Settings, progress=print) -> FleetResult
     spec = fleet_spec(fleet)
     with tempfile.TemporaryDirectory(prefix=f"kge-bench-{fleet}-") as tmp:
         workdir = Path(tmp)
-        socket_path = str(workdir / "kubelet.sock")
-        kubelet_log = (workdir / "kubelet.log").open("wb")
         # The kubelet shares CPU 1 with wrk and Prometheus: the participant has CPU 0 to itself.
-        kubelet = subprocess.Popen(
-            pinned(
-                1, [sys.executable, "-m", "benchmarks.simulated", fleet, "kubelet", socket_path]
-            ),
-            cwd=REPO,
-            stdout=kubelet_log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        try:
-            deadline = time.monotonic() + 30
-            while not Path(socket_path).exists():
-                if time.monotonic() > deadline or kubelet.poll() is not None:
-                    raise RuntimeError(f"fake kubelet for {fleet} did not start")
-                time.sleep(0.1)
+        with fake_kubelet(fleet, workdir, cpu=1) as socket_path:
             progress(f"{fleet}: in-process render and NVML call counts")
             figures = inprocess(fleet)
             measured = {}
             for name in settings.participants:
                 progress(f"{fleet}: {name}")
                 measured[name] = measure_participant(name, fleet, socket_path, settings, workdir)
-        finally:
-            stop(kubelet)
-            kubelet_log.close()
     return FleetResult(
         fleet=fleet,
         gpus=len(spec.gpus),

@@ -9,8 +9,10 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,6 +73,20 @@ def proc_sample(pid: int) -> ProcSample:
     )
 
 
+def cpu_seconds_precise(pid: int) -> float:
+    """CPU time of every live thread of `pid`, from the scheduler's nanosecond accounting
+    (/proc/PID/task/*/schedstat) rather than /proc/PID/stat's 10 ms ticks, which make a quiet
+    process's minute read a few dozen ticks. Threads that ended are not counted: compare only
+    processes whose threads live as long as the window."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):
+            continue  # the thread ended between listing and reading
+    return total / 1e9
+
+
 def stop(process: subprocess.Popen, timeout: float = 10.0) -> None:
     if process.poll() is not None:
         return
@@ -80,3 +96,28 @@ def stop(process: subprocess.Popen, timeout: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+@contextmanager
+def fake_kubelet(fleet: str, workdir: Path, cpu: int | None = None) -> Iterator[str]:
+    """The fleet's fake kubelet in a process of its own, as the real one is (pinned to `cpu`
+    where given), serving workdir/kubelet.sock: yields that path once it exists."""
+    socket_path = str(workdir / "kubelet.sock")
+    argv = [sys.executable, "-m", "benchmarks.simulated", fleet, "kubelet", socket_path]
+    with (workdir / "kubelet.log").open("wb") as log:
+        kubelet = subprocess.Popen(
+            argv if cpu is None else pinned(cpu, argv),
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while not Path(socket_path).exists():
+                if time.monotonic() > deadline or kubelet.poll() is not None:
+                    raise RuntimeError(f"fake kubelet for {fleet} did not start")
+                time.sleep(0.1)
+            yield socket_path
+        finally:
+            stop(kubelet)

@@ -8,10 +8,15 @@
 FLEET is a fleet file or `default`. Every exporter gets the same simulated NVML (FakeNvml
 installed into pynvml before the exporter imports anything), and the fake kubelet runs in a process
 of its own, as the real kubelet does, so an exporter's CPU and memory are its own.
+
+With BENCH_NVML_ANSWERS=precomputed in the environment, the simulated NVML replays remembered
+answers instead of computing them (exporter/simulator/precomputed_answers.py): what the
+participant then spends is its own cost, with the simulator's share removed.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -20,6 +25,8 @@ from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.fleet import FleetSpec, default_fleet, load_fleet
 
 FLEETS_DIR = Path(__file__).resolve().parent / "fleets"
+ANSWERS_VARIABLE = "BENCH_NVML_ANSWERS"
+ANSWERS = ("live", "precomputed")
 
 
 def fleet_spec(name: str) -> FleetSpec:
@@ -28,6 +35,15 @@ def fleet_spec(name: str) -> FleetSpec:
         return default_fleet()
     path = FLEETS_DIR / f"{name}.yaml"
     return load_fleet(path if path.exists() else name)
+
+
+def simulated_nvml(fleet: FleetSpec) -> FakeNvml:
+    """The participant's simulated NVML, installed into pynvml, answering as the environment
+    says."""
+    answers = os.environ.get(ANSWERS_VARIABLE, "live")
+    if answers not in ANSWERS:
+        raise SystemExit(f"{ANSWERS_VARIABLE}={answers!r}: expected one of {', '.join(ANSWERS)}")
+    return FakeNvml(fleet, precomputed=answers == "precomputed").install()
 
 
 def serve_kubelet(fleet: FleetSpec, socket_path: str) -> None:
@@ -39,21 +55,21 @@ def serve_kubelet(fleet: FleetSpec, socket_path: str) -> None:
 
 
 def serve_ours(fleet: FleetSpec, argv: list[str]) -> int:
-    FakeNvml(fleet).install()
+    simulated_nvml(fleet)
     from exporter.cli import main
 
     return main(argv)
 
 
 def serve_baseline(fleet: FleetSpec, port: str, socket_path: str, interval: str) -> None:
-    FakeNvml(fleet).install()
+    simulated_nvml(fleet)
     from benchmarks.baseline_exporter import serve
 
     serve(fleet.node_name, socket_path or None, int(port), float(interval))
 
 
 def serve_nvitop(fleet: FleetSpec, port: str, interval: str) -> int:
-    FakeNvml(fleet).install()
+    simulated_nvml(fleet)
     from nvitop_exporter.cli import main
 
     sys.argv = ["nvitop-exporter", "--bind-address=127.0.0.1", f"--port={port}"]

@@ -106,10 +106,10 @@ def serve_accelerated(argv: Sequence[str]) -> int:
         return web.Response(text="\n".join(lines) + "\n")
 
     async def stats(request: web.Request) -> web.Response:
-        exposition = request.app[STORE_KEY].current
+        snapshot = request.app[STORE_KEY].latest
         return web.json_response(
             {
-                "sweeps": exposition.snapshot.sequence if exposition else 0,
+                "sweeps": snapshot.sequence if snapshot else 0,
                 "tasks": len(asyncio.all_tasks()),
                 "threads": threading.active_count(),
             }

@@ -189,7 +189,9 @@ def exposition_store(
             kube=kube.view() if kube else None,
         )
 
-    return ExpositionStore(Renderer(config.labels), context)
+    return ExpositionStore(
+        Renderer(config.labels), context, interval_seconds=config.collection.interval_seconds
+    )
 
 
 def with_node_name(config: Config, default_node_name: str) -> Config:

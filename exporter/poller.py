@@ -1,20 +1,19 @@
 """The background sweep: NVML in, one immutable NodeSnapshot out per interval.
 
-Each GPU is read by its own worker, with a deadline. A device whose read does not return in time
-keeps its previous values, marked stale, and is not asked again until the hung call returns, so
-one wedged GPU neither stalls the sweep nor piles up threads. Workers are daemon threads: a call
-hung inside the driver must never keep the process from exiting on SIGTERM.
+The GPUs are read on daemon worker threads, in turn, with a deadline (exporter.nvml.device_reads:
+a read that hangs hands the GPUs after it to workers of their own). A device whose read does not
+return in time keeps its previous values, marked stale, and is not asked again until the hung
+call returns, so one wedged GPU neither stalls the sweep nor piles up threads.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
 
@@ -26,6 +25,7 @@ from exporter.config import CollectionConfig
 from exporter.nvml.binding import GPU_GONE, NVMLError, error_name
 from exporter.nvml.clock_event_counts import ClockEventCounts
 from exporter.nvml.device_reader import DeviceReader
+from exporter.nvml.device_reads import DaemonWorkers, TurnTakingReads
 from exporter.nvml.error_tally import ErrorTally
 from exporter.nvml.guarded_calls import GuardedNvml
 from exporter.nvml.helper import LiveGpu, PollerHelper
@@ -44,40 +44,8 @@ _NVML_GONE = (
     pynvml.NVMLError_LibraryNotFound,
 )
 _MAX_INIT_BACKOFF = 300.0
-
-
-class DaemonWorkers:
-    """A minimal executor whose threads never block interpreter exit."""
-
-    def __init__(self, size: int, name: str) -> None:
-        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = (
-            queue.SimpleQueue()
-        )
-        self._threads = [
-            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
-            for i in range(size)
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def submit(self, fn: Callable[[], Any]) -> Future[Any]:
-        future: Future[Any] = Future()
-        self._queue.put((future, fn))
-        return future
-
-    def shutdown(self) -> None:
-        for _ in self._threads:
-            self._queue.put(None)
-
-    def _work(self) -> None:
-        while (item := self._queue.get()) is not None:
-            future, fn = item
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn())
-            except BaseException as exc:
-                future.set_exception(exc)
+# A GPU read takes milliseconds; one that has not finished after this is hung or nearly so.
+_MAX_STALL_SECONDS = 0.25
 
 
 def _placeholder(index: int) -> GpuIdentity:
@@ -122,6 +90,11 @@ class Poller(BackgroundThread):
             *extra_helpers,
         )
         self._workers = DaemonWorkers(workers, "nvml-device")
+        # A read that starts nothing new for this long is taken to be stuck (device_reads.py);
+        # two such windows must fit well inside the deadline.
+        self._reads = TurnTakingReads(
+            self._workers, min(_MAX_STALL_SECONDS, config.device_timeout_seconds / 8)
+        )
         self._sweep_lock = threading.Lock()
 
         self._initialized = False
@@ -233,22 +206,25 @@ class Poller(BackgroundThread):
         )
 
     def _read_devices(self, count: int, started: float) -> tuple[GpuSnapshot, ...]:
-        submitted: dict[int, Future[GpuSnapshot]] = {}
-        for index in range(count):
-            pending = self._in_flight.get(index)
-            if pending is not None and not pending.done():
-                continue  # still hung in an earlier call; do not stack another one on it
-            submitted[index] = self._workers.submit(lambda i=index: self._read_device(i))
-            self._in_flight[index] = submitted[index]
-        remaining = started + self._config.device_timeout_seconds - time.monotonic()
-        wait(submitted.values(), timeout=max(0.0, remaining))
+        # A device still hung in an earlier call is not asked again: no reads stack up on it.
+        indexes = [
+            index
+            for index in range(count)
+            if (pending := self._in_flight.get(index)) is None or pending.done()
+        ]
+        submitted = self._reads.run(
+            indexes, self._read_device, started + self._config.device_timeout_seconds
+        )
+        self._in_flight.update(submitted)
 
         gpus = []
         for index in range(count):
             future = submitted.get(index)
             if future is not None and future.done():
                 del self._in_flight[index]
-                gpu = self._count_clock_events(future.result())
+                # Cancelled: not started by the deadline, behind a hung read; next sweep asks.
+                done = not future.cancelled()
+                gpu = self._count_clock_events(future.result()) if done else self._stale(index)
             else:
                 gpu = self._stale(index)
             gpus.append(gpu)

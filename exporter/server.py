@@ -68,9 +68,16 @@ class Handlers:
         self._started = time.monotonic()
 
     async def metrics(self, request: web.Request) -> web.Response:
-        exposition = self._store.current
-        if exposition is None:
+        store = self._store
+        if store.latest is None:
+            # Not counted as a scrape: a client retrying this quickly has no period to learn.
             return web.Response(status=503, text="no NVML snapshot collected yet\n")
+        store.schedule.scraped(request.remote or "")
+        exposition = store.current
+        if not store.rendered:
+            # A snapshot nobody was expected to read: render it off the event loop, once.
+            exposition = await asyncio.get_running_loop().run_in_executor(None, store.render_latest)
+        assert exposition is not None  # a published snapshot always renders
         gzip = accepts_gzip(request.headers.get("Accept-Encoding", ""))
         body = exposition.response(gzip, self._config.stale_after_seconds, self._guard.counts)
         return web.Response(body=body, headers=_GZIP_HEADERS if gzip else _PLAIN_HEADERS)
@@ -79,11 +86,11 @@ class Handlers:
         problem = self._thread_problem()
         if problem is not None:
             return problem
-        exposition = self._store.current
-        since = exposition.snapshot.monotonic_at if exposition else self._started
+        snapshot = self._store.latest
+        since = snapshot.monotonic_at if snapshot else self._started
         age = time.monotonic() - since
         if age > self._config.health_max_age_seconds:
-            what = "last NVML sweep finished" if exposition else "start, and no sweep has finished"
+            what = "last NVML sweep finished" if snapshot else "start, and no sweep has finished"
             return (
                 f"{age:.0f}s since the {what}; the limit is "
                 f"{self._config.health_max_age_seconds:.0f}s (is an NVML call hanging?)"
@@ -97,7 +104,7 @@ class Handlers:
         return web.Response(text="ok\n")
 
     async def readyz(self, request: web.Request) -> web.Response:
-        if self._store.current is None:
+        if self._store.latest is None:
             return web.Response(status=503, text="not ready: no snapshot collected yet\n")
         return web.Response(text="ready\n")
 

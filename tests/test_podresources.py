@@ -499,3 +499,61 @@ def test_attribution_survives_unknown_devices(sim, make_poller):
     )
     result = attribute(snapshot, pods)
     assert result.holders == {} and result.unresolved[0].pod == "gone"
+
+
+def test_allocatable_is_asked_again_only_when_it_may_have_changed(sim, kubelet, monkeypatch):
+    import exporter.podresources.client as client_module
+
+    watcher = watcher_for(kubelet)
+    for _ in range(3):
+        assert watcher.refresh(), watcher.status.last_error
+    assert kubelet.calls == {"List": 3, "GetAllocatableResources": 1, "Get": 0}
+    first = watcher.latest
+    offered = dict(first.allocatable)["nvidia.com/gpu"]
+
+    # An unchanged answer keeps its parsed allocations; only their time moves.
+    assert watcher.refresh()
+    assert watcher.latest.allocations is first.allocations
+    assert watcher.latest.taken_at > first.taken_at
+
+    # A changed List answer: pods came or went, so the devices may have too.
+    kubelet.faults.padding_pods = 1
+    assert watcher.refresh()
+    assert kubelet.calls["GetAllocatableResources"] == 2
+    assert watcher.latest.allocations is not first.allocations  # parsed again
+
+    # A device turning unhealthy changes only the allocatable answer: seen once the window ends.
+    kubelet.faults.unhealthy_gpus = {sim.gpus[4].uuid}
+    assert watcher.refresh()
+    assert dict(watcher.latest.allocatable)["nvidia.com/gpu"] == offered
+    monkeypatch.setattr(client_module, "ALLOCATABLE_REFRESH_SECONDS", 0.0)
+    assert watcher.refresh()
+    assert kubelet.calls["GetAllocatableResources"] == 3
+    assert dict(watcher.latest.allocatable)["nvidia.com/gpu"] == offered - 1
+
+
+def test_allocatable_is_asked_again_after_a_failed_round(sim, kubelet):
+    watcher = watcher_for(kubelet)
+    assert watcher.refresh() and watcher.refresh()
+    assert kubelet.calls["GetAllocatableResources"] == 1
+    kubelet.faults.rate_limited_calls = 1
+    assert not watcher.refresh()
+    assert watcher.refresh(), watcher.status.last_error
+    assert kubelet.calls["GetAllocatableResources"] == 2
+
+
+def test_an_unchanged_answer_is_not_checked_or_parsed_again(sim, kubelet, monkeypatch):
+    import exporter.podresources.client as client_module
+
+    checked: list[str] = []
+    real_check = client_module.check_answer
+    monkeypatch.setattr(
+        client_module, "check_answer", lambda m, p: (checked.append(m), real_check(m, p))
+    )
+    client = PodResourcesClient(str(kubelet.socket_path))
+    first = client.list()
+    assert client.list() is first and checked == ["List"]
+    kubelet.faults.padding_pods = 1
+    changed = client.list()
+    assert changed is not first and checked == ["List", "List"]
+    assert len(changed.pod_resources) == len(first.pod_resources) + 1

@@ -56,11 +56,26 @@ BUILD_LABELS: Labels = (
 )
 
 
+# Label sets whose escaped text is remembered between renders: a node's entities keep theirs from
+# one snapshot to the next, and a few thousand covers the largest node many times over.
+_REMEMBERED_LABEL_SETS = 4096
+
+
 class Renderer:
     def __init__(self, labels: LabelConfig) -> None:
         self._labels = labels
         self._host = host_labels(labels)
         self._dcgm = families_for(labels.dcgm)
+        self._bodies: dict[Labels, str] = {}
+
+    def _label_body(self, labels: Labels) -> str:
+        """label_body(labels), escaped once for as long as the label set lasts."""
+        body = self._bodies.get(labels)
+        if body is None:
+            if len(self._bodies) >= _REMEMBERED_LABEL_SETS:
+                self._bodies.clear()  # pods came and went: start again from the current ones
+            body = self._bodies[labels] = label_body(labels)
+        return body
 
     def render_body(self, snapshot: NodeSnapshot, context: AttributionContext = NO_CONTEXT) -> str:
         out = FamilyWriter()
@@ -73,7 +88,7 @@ class Renderer:
             else {}
         )
         entities = dcgm_entities(snapshot, self._labels, attribution, context.kube, usage)
-        bodies = [label_body(e.labels) for e in entities]
+        bodies = [self._label_body(e.labels) for e in entities]
         readings = [e.readings for e in entities]
         profiling = [e.profiling for e in entities]
         for families, sources in ((self._dcgm.gpu, readings), (self._dcgm.profiling, profiling)):
@@ -171,7 +186,9 @@ class Renderer:
             ],
         )
 
-        devices = [(g, label_body(device_labels(g.identity, self._labels))) for g in snap.gpus]
+        devices = [
+            (g, self._label_body(device_labels(g.identity, self._labels))) for g in snap.gpus
+        ]
         out.family(
             own.DEVICE_UP,
             [(body, format_value(g.up and not g.stale)) for g, body in devices],

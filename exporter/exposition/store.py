@@ -3,10 +3,15 @@
 The body is compressed once per snapshot. The per-scrape tail is appended to a copy of the
 compressor's state (`zlib.compressobj().copy()`), so a gzip scrape costs a few microseconds of
 compression for the tail only and still yields a single, ordinary gzip member.
+
+A published snapshot is rendered on the poller thread when a scrape is due before the next sweep
+(scrape_schedule.py), which is how a scrape usually finds its bytes ready; one that nobody will
+read is kept unrendered, and a scrape that comes for it anyway renders it then, once.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -15,10 +20,18 @@ from typing import Any
 
 from exporter.exposition.context import NO_CONTEXT, AttributionContext
 from exporter.exposition.renderer import Renderer
+from exporter.exposition.scrape_schedule import ScrapeSchedule
 from exporter.snapshot import ConnectionCounts, NodeSnapshot
 
-GZIP_LEVEL = 6
+# zlib's fast levels (1-3) cost a third of level 6 on an exposition and compress it within 10 %
+# (benchmarks/overhead.py measures both); 3 is the smallest of them.
+GZIP_LEVEL = 3
 _GZIP_WBITS = 31
+# A scrape due before the next snapshot reads this one. Sweeps start on a fixed period and
+# Prometheus scrapes on one, so the only slack needed is their jitter: a tenth of an interval.
+# (A margin of a whole extra interval would render two snapshots for one scrape half the time.)
+# A scrape that the margin misses renders on the spot.
+_DUE_MARGIN = 1.1
 # The per-scrape tail reports the snapshot's age; a 100 ms resolution lets scrapes arriving
 # together share one response instead of each rebuilding it.
 TAIL_RESOLUTION_SECONDS = 0.1
@@ -76,17 +89,48 @@ def build_exposition(
 
 
 class ExpositionStore:
-    """The latest exposition. Replaced by reference, so readers never see a half-built one."""
+    """The latest snapshot and its exposition. Both are replaced by reference, so readers never
+    see a half-built one."""
 
     def __init__(
         self,
         renderer: Renderer,
         context_source: Callable[[], AttributionContext] = lambda: NO_CONTEXT,
+        *,
+        interval_seconds: float = 0.0,
+        schedule: ScrapeSchedule | None = None,
     ) -> None:
         self._renderer = renderer
         self._context_source = context_source
+        # How long a published snapshot stays the newest; 0 renders every snapshot.
+        self._interval = interval_seconds
+        self.schedule = schedule or ScrapeSchedule()
+        self._render_lock = threading.Lock()
         self.current: Exposition | None = None
+        # The newest snapshot; ahead of `current` while it waits unrendered.
+        self.latest: NodeSnapshot | None = None
 
     def publish(self, snapshot: NodeSnapshot) -> None:
-        """Join the snapshot with the latest pod data and render it; called by the poller."""
-        self.current = build_exposition(snapshot, self._renderer, self._context_source())
+        """Keep the newest snapshot, and render it now if a scrape is due before the next one;
+        called by the poller."""
+        self.latest = snapshot
+        if self._interval <= 0 or self.schedule.due_within(self._interval * _DUE_MARGIN):
+            self.render_latest()
+
+    @property
+    def rendered(self) -> bool:
+        """Whether `current` holds the newest snapshot (a scrape can be served without
+        rendering)."""
+        current = self.current
+        return current is not None and current.snapshot is self.latest
+
+    def render_latest(self) -> Exposition | None:
+        """`current`, brought up to the newest snapshot (joined with the sources' latest data)
+        if it is not; a second caller waits for the first's render instead of repeating it."""
+        with self._render_lock:
+            snapshot = self.latest
+            current = self.current
+            if snapshot is not None and (current is None or current.snapshot is not snapshot):
+                current = build_exposition(snapshot, self._renderer, self._context_source())
+                self.current = current
+            return current

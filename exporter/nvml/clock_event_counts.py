@@ -48,7 +48,10 @@ class ClockEventCounts:
                 del self._counts[uuid]
 
 
+_NAMES = tuple(name for _bit, name in CLOCK_EVENTS)
+
+
 def _named(counts: list[int] | None) -> Counts:
     if counts is None:
         return ()
-    return tuple((name, count) for (_bit, name), count in zip(CLOCK_EVENTS, counts, strict=True))
+    return tuple(zip(_NAMES, counts, strict=True))

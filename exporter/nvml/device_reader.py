@@ -18,6 +18,7 @@ import pynvml
 
 from exporter.nvml.guarded_calls import GuardedNvml, alt
 from exporter.nvml.nvlink_rate import NvlinkRate, NvlinkSample
+from exporter.nvml.struct_views import view
 from exporter.snapshot import GpuIdentity, GpuReadings
 
 # NVML field id -> GpuReadings attribute, for the batched counters.
@@ -60,7 +61,8 @@ _REFUSED = (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
 
 def field_value(entry: Any) -> int | float | None:
-    """The value of one `c_nvmlFieldValue_t`, or None if NVML filled it with an error."""
+    """The value of one `c_nvmlFieldValue_t` (or a view of one), or None if NVML filled it with
+    an error."""
     if entry.nvmlReturn != pynvml.NVML_SUCCESS:
         return None
     member = _UNION_MEMBER.get(entry.valueType)
@@ -71,15 +73,20 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+_NVLINK_ATTRIBUTES = frozenset(NVLINK_FIELDS.values())
+
+
 @dataclass
 class _FieldPlan:
     """Which batched fields are worth asking this device for; shrinks as NVML says no."""
 
     request: list[int | tuple[int, int]]
     attributes: list[str]
+    # Per position, whether it is a per-link NVLink counter (worked out once, not per sweep).
+    nvlink: list[bool] = field(init=False)
 
-
-_NVLINK_ATTRIBUTES = frozenset(NVLINK_FIELDS.values())
+    def __post_init__(self) -> None:
+        self.nvlink = [attribute in _NVLINK_ATTRIBUTES for attribute in self.attributes]
 
 
 @dataclass
@@ -234,21 +241,30 @@ class DeviceReader:
             return batch
         out = batch.values
         refused: list[int] = []
-        for position, (entry, attribute) in enumerate(zip(entries, plan.attributes, strict=True)):
+        # Counted in locals, not on the batch: this loop runs once per field per GPU per sweep.
+        nvlink_ok = nvlink_failed = newest_us = 0
+        rows = zip(view(entries), plan.attributes, plan.nvlink, strict=True)
+        for position, (entry, attribute, nvlink) in enumerate(rows):
             value = field_value(entry)
-            nvlink = attribute in _NVLINK_ATTRIBUTES
             if value is None:
                 if entry.nvmlReturn in _REFUSED:
                     refused.append(position)
                 elif nvlink:
-                    batch.nvlink_failed += 1
+                    nvlink_failed += 1
                 continue
             if nvlink:
-                batch.nvlink_ok += 1
+                nvlink_ok += 1
                 # The newest stamp dates the sum, as DCGM does when it adds tx and rx.
-                batch.nvlink_timestamp_us = max(batch.nvlink_timestamp_us, int(entry.timestamp))
+                stamp = entry.timestamp
+                if stamp > newest_us:
+                    newest_us = stamp
             # NVLink counters come per link; everything else once.
             out[attribute] = out.get(attribute, 0) + value
+        batch.nvlink_ok, batch.nvlink_failed, batch.nvlink_timestamp_us = (
+            nvlink_ok,
+            nvlink_failed,
+            int(newest_us),
+        )
         if refused:
             self._drop_from_plan(uuid, refused)
             if any(plan.attributes[i] in _NVLINK_ATTRIBUTES for i in refused):
@@ -331,6 +347,7 @@ def memory_values(mem: Any) -> dict[str, int]:
     """
     if mem is None:
         return {}
+    mem = view(mem)
     reserved = getattr(mem, "reserved", None)
     if reserved is None:
         return {"fb_total_bytes": mem.total, "fb_used_bytes": mem.used, "fb_free_bytes": mem.free}

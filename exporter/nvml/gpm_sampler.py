@@ -22,6 +22,7 @@ import pynvml
 from exporter.nvml.binding import GPU_GONE, PERMANENTLY_UNAVAILABLE, NVMLError, error_name
 from exporter.nvml.guarded_calls import GuardedNvml
 from exporter.nvml.helper import LiveGpu, PeriodicHelper
+from exporter.nvml.struct_views import plain_type
 from exporter.snapshot import GpuSnapshot, ProfilingReadings
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,18 @@ class _Round:
     ok: bool = True
 
 
+def _metrics_request() -> Any:
+    """The one metrics request a sampler reuses, as a plain ctypes structure with
+    `c_nvmlGpmMetricsGet_t`'s layout (struct_views): NVML takes it by reference all the same, and
+    its fields read at C speed. NVML fills in results only, so the metric ids are set once."""
+    request = plain_type(pynvml.c_nvmlGpmMetricsGet_t)()
+    request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+    request.numMetrics = len(METRICS)
+    for metric, (metric_id, _field, _factor) in zip(request.metrics, METRICS, strict=False):
+        metric.metricId = metric_id
+    return request
+
+
 class GpmSampler(PeriodicHelper):
     thread_name = "gpm-sampler"
     collector = "gpm"
@@ -83,7 +96,7 @@ class GpmSampler(PeriodicHelper):
         self._buffers: dict[EntityKey, _Buffers] = {}
         self._supported: dict[str, bool] = {}
         self._latest: dict[EntityKey, ProfilingReadings] = {}
-        self._request = pynvml.c_nvmlGpmMetricsGet_t()
+        self._request = _metrics_request()
 
     # What the poller sees
 
@@ -105,6 +118,8 @@ class GpmSampler(PeriodicHelper):
 
     def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
         board, instances = self.latest(gpu.identity.uuid)
+        if board is gpu.profiling and instances == gpu.instance_profiling:
+            return gpu  # no GPM on this GPU: no copy of its snapshot each sweep
         return replace(gpu, profiling=board, instance_profiling=instances)
 
     @property
@@ -204,15 +219,10 @@ class GpmSampler(PeriodicHelper):
 
     def _metrics(self, older: Any, newer: Any) -> ProfilingReadings:
         request = self._request
-        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(METRICS)
         request.sample1, request.sample2 = older, newer
-        for i, (metric_id, _field, _factor) in enumerate(METRICS):
-            request.metrics[i].metricId = metric_id
         self._nvml.raw("nvmlGpmMetricsGet", request)
         values: dict[str, float] = {}
-        for i, (_metric_id, name, factor) in enumerate(METRICS):
-            metric = request.metrics[i]
+        for metric, (_metric_id, name, factor) in zip(request.metrics, METRICS, strict=False):
             if metric.nvmlReturn == pynvml.NVML_SUCCESS:
                 values[name] = max(0.0, metric.value * factor)
         return ProfilingReadings(**values)

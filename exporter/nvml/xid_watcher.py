@@ -133,11 +133,10 @@ class XidWatcher(BackgroundThread):
     def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
         uuid = gpu.identity.uuid
         board = self._book.gpu_record(uuid)
-        return replace(
-            gpu,
-            xid=gpu.xid if board is None else board,
-            instance_xids=self._book.instance_records(uuid),
-        )
+        instances = self._book.instance_records(uuid)
+        if board is None and instances == gpu.instance_xids:
+            return gpu  # most GPUs never see an XID: no copy of their snapshot each sweep
+        return replace(gpu, xid=gpu.xid if board is None else board, instance_xids=instances)
 
     def invalidate(self) -> None:
         """The event set dies with the driver; the thread notices and re-registers by itself."""

@@ -10,6 +10,7 @@ through `grpc_unary`, our own small gRPC client, rather than grpcio (its docstri
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -38,9 +39,18 @@ DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # the received bytes plus the parsed message, about three times the size, until the sweep ends.
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 _BACK_OFF = ("RESOURCE_EXHAUSTED", "UNAVAILABLE")
+# Answers up to this size are kept to be recognised next round (a busy node's List is tens of
+# KiB); a larger one is parsed every time rather than held twice.
+_REMEMBERED_ANSWER_BYTES = 1024 * 1024
 _Response = TypeVar("_Response", bound=Message)
 # The service's full name: package `v1`, as the kubelet registers it.
 _SERVICE = "/v1.PodResourcesLister/"
+# What the node offers changes when a device plugin or DRA driver re-registers (which also
+# restarts or evicts the pods on it, changing the List answer) or when a device turns unhealthy
+# (which changes only this answer). So GetAllocatableResources is asked again whenever the List
+# answer changes, and otherwise at most every 10 s: an unhealthy GPU still leaves the allocatable
+# count within seconds, and a 1 s poll no longer doubles every round's cost.
+ALLOCATABLE_REFRESH_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +73,28 @@ class PodResourcesClient:
     ) -> None:
         self._timeout = timeout_seconds
         self._channel = UnaryChannel(socket_path, max_message_bytes)
+        # Per method, the last answer's bytes and what they parsed to: the kubelet's answer is
+        # the same bytes round after round until a pod changes, and comparing bytes costs far
+        # less than checking and parsing them again.
+        self._last: dict[str, tuple[bytes, Message]] = {}
 
     def reset(self) -> None:
         self._channel.close()
 
     def _call(self, method: str, request: Message, response_type: type[_Response]) -> _Response:
         payload = self._channel.call(_SERVICE + method, request.SerializeToString(), self._timeout)
+        last = self._last.get(method)
+        if last is not None and last[0] == payload and isinstance(last[1], response_type):
+            return last[1]
+        message = self._parse(method, payload, response_type)
+        if len(payload) <= _REMEMBERED_ANSWER_BYTES:
+            self._last[method] = (payload, message)
+        else:
+            self._last.pop(method, None)
+        return message
+
+    @staticmethod
+    def _parse(method: str, payload: bytes, response_type: type[_Response]) -> _Response:
         try:
             # Before parsing: 32 MiB of tiny fields would decode to gigabytes (answer_bounds).
             check_answer(method, payload)
@@ -111,6 +137,10 @@ class PodResourcesWatcher(BackgroundThread):
         self._extra = extra_resources
         self._max_backoff = max_backoff_seconds
         self._allocatable_unimplemented = False
+        # The last answers and when the allocatable one was read; reused while they hold.
+        self._listing: api_pb2.ListPodResourcesResponse | None = None
+        self._allocatable: api_pb2.AllocatableResourcesResponse | None = None
+        self._allocatable_at = -math.inf
         self._errors: Counter[str] = Counter()
         self._lock = threading.Lock()
         self.latest: PodResourcesSnapshot | None = None
@@ -148,16 +178,22 @@ class PodResourcesWatcher(BackgroundThread):
         started = time.monotonic()
         try:
             listing = self._client.list()
-            allocatable = None
-            if not self._allocatable_unimplemented:
+            allocatable = self._allocatable
+            if not self._allocatable_unimplemented and (
+                listing != self._listing
+                or started - self._allocatable_at >= ALLOCATABLE_REFRESH_SECONDS
+            ):
                 try:
                     allocatable = self._client.allocatable()
+                    self._allocatable_at = started
                 except RpcError as exc:
                     if exc.code != "UNIMPLEMENTED":
                         raise
                     log.info("kubelet has no GetAllocatableResources (before 1.21); skipping it")
                     self._allocatable_unimplemented = True
         except RpcError as exc:
+            # A kubelet that failed may have restarted with other devices: ask again next time.
+            self._allocatable_at = -math.inf
             with self._lock:
                 self._errors[exc.code] += 1
             if exc.code in _BACK_OFF:
@@ -167,7 +203,18 @@ class PodResourcesWatcher(BackgroundThread):
                 log.warning("pod-resources call failed: %s", message)
             self._set_status(False, time.monotonic() - started, message)
             return False
-        self.latest = from_responses(listing, allocatable, self._extra, time.time())
+        latest = self.latest
+        if (
+            latest is not None
+            and listing == self._listing
+            and allocatable is self._allocatable
+            and not self._status.last_error
+        ):
+            # Nothing changed: the parsed allocations still hold, only their time moves.
+            self.latest = replace(latest, taken_at=time.time())
+        else:
+            self.latest = from_responses(listing, allocatable, self._extra, time.time())
+        self._listing, self._allocatable = listing, allocatable
         if self._status.last_error:
             log.info("pod-resources API answering again")
         self._set_status(True, time.monotonic() - started, None)

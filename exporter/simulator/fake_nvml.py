@@ -31,6 +31,7 @@ import pynvml
 from exporter.simulator import gpm_model
 from exporter.simulator.faults import CallFaults
 from exporter.simulator.fleet import FleetSpec
+from exporter.simulator.precomputed_answers import PrecomputedAnswers
 from exporter.simulator.sim_gpu import MIB, SimGpu, SimMigInstance
 from exporter.simulator.workload import SHAPES
 
@@ -148,7 +149,13 @@ class _EventSet:
 
 
 class FakeNvml:
-    def __init__(self, fleet: FleetSpec, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        fleet: FleetSpec,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        precomputed: bool = False,
+    ) -> None:
         self.fleet = fleet
         self._clock = clock
         self._t0 = clock()
@@ -173,6 +180,8 @@ class FakeNvml:
         self.pcie_window_s = fleet.pcie_window_ms / 1e3
         # The node's GPU processes; None answers every process query with nothing running.
         self.processes: ProcessTable | None = None
+        # Replayed answers for cost measurements (precomputed_answers.py); None: computed live.
+        self.answers = PrecomputedAnswers(self._gpm_sample) if precomputed else None
 
     # Time: simulated seconds since an arbitrary epoch, far enough in that lagged signals exist.
 
@@ -193,7 +202,10 @@ class FakeNvml:
             member = getattr(self, attr, None)
             meta = getattr(member, "_nvml", None)
             if meta is not None:
-                implemented[meta[0]] = self._wrap(member, *meta)
+                call = self._wrap(member, *meta)
+                if self.answers is not None:
+                    call = self.answers.wrap(meta[0], call)
+                implemented[meta[0]] = call
         for name, original in vars(pynvml).items():
             if (
                 name.startswith("nvml")

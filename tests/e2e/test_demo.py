@@ -81,9 +81,15 @@ def demo(*args: str) -> Iterator[Demo]:
     try:
         yield Demo(process)
     finally:
+        # Ctrl-C, as a user stops it: the demo stops its parts, which run in sessions of their
+        # own and would outlive a killed demo (they did: a stack left running after the suite).
         if process.poll() is None:
-            process.kill()
-            process.wait()
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 def banner_rows(banner: str) -> dict[str, str]:
