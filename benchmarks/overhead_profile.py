@@ -139,14 +139,12 @@ def child(view: str, fleet: str, warmup: float, seconds: float, argv: list[str])
             result["modules"] = modules.most_common(20)
             result["functions"] = sorted(functions, reverse=True)[:25]
 
-        def cpu_window() -> None:
+        def steady_state() -> None:
             time.sleep(warmup)
             yappi.clear_stats()  # start-up and the replay's learning are not steady state
-            time.sleep(seconds)
-            cpu_at_end()
 
-        threading.Thread(target=cpu_window, daemon=True).start()
-        _run_exporter(argv, warmup + seconds + 0.5, lambda: None)
+        threading.Thread(target=steady_state, daemon=True).start()
+        _run_exporter(argv, warmup + seconds, cpu_at_end)
     elif view == "imports":
         imports = _ImportCosts()
         result["bare_python_rss"] = _rss_bytes()

@@ -154,6 +154,19 @@ DRA_LABELS = (
     "dra_share_id",
 )
 
+# A device (or MIG instance) and one container holding or using it: what the allocation and the
+# per-pod usage families both start with.
+POD_USAGE_LABELS = (
+    "gpu",
+    "UUID",
+    "GPU_I_PROFILE",
+    "GPU_I_ID",
+    HOST,
+    "namespace",
+    "pod",
+    "container",
+)
+
 # Pod attribution, from the kubelet and (with --kubernetes) the API server.
 POD_DEVICE_ALLOCATION = _own(
     "pod_device_allocation",
@@ -161,14 +174,7 @@ POD_DEVICE_ALLOCATION = _own(
     "Devices (or time-slicing/MPS replicas of a device) held by a container, per device, "
     "from the kubelet pod-resources API. Join on UUID and GPU_I_ID to attribute usage.",
     (
-        "gpu",
-        "UUID",
-        "GPU_I_PROFILE",
-        "GPU_I_ID",
-        HOST,
-        "namespace",
-        "pod",
-        "container",
+        *POD_USAGE_LABELS,
         "resource",
         "device_id",
         *DRA_LABELS,
@@ -180,16 +186,6 @@ POD_DEVICE_ALLOCATION = _own(
 )
 
 # Per-container use of shared devices, from NVML's process accounting (--collector.processes).
-POD_USAGE_LABELS = (
-    "gpu",
-    "UUID",
-    "GPU_I_PROFILE",
-    "GPU_I_ID",
-    HOST,
-    "namespace",
-    "pod",
-    "container",
-)
 POD_GPU_MEMORY_USED_BYTES = _own(
     "pod_gpu_memory_used_bytes",
     GAUGE,
