@@ -28,16 +28,17 @@ demo: $(VENV)/.installed system-deps
 
 ## system-deps: Debian packages the tests, benchmarks and demo use (Prometheus, Alertmanager, wrk,
 ## VictoriaMetrics with vmalert for the global-view test, and podman, runc, skopeo and debootstrap
-## to build and run the container image)
+## to build and run the container image; netavark, podman's network stack, calls iptables)
 system-deps:
 	@if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null \
 			|| ! command -v wrk >/dev/null || ! command -v vmalert >/dev/null \
 			|| ! command -v podman >/dev/null || ! command -v runc >/dev/null \
+			|| ! command -v iptables >/dev/null \
 			|| ! command -v skopeo >/dev/null || ! command -v debootstrap >/dev/null; then \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
 			prometheus prometheus-alertmanager wrk victoria-metrics \
-			podman runc netavark uidmap buildah skopeo debootstrap >/dev/null; \
+			podman runc netavark iptables uidmap buildah skopeo debootstrap >/dev/null; \
 	fi
 	@promtool --version | head -n 1
 	@prometheus-alertmanager --version 2>&1 | head -n 1
@@ -102,7 +103,8 @@ bench: $(VENV)/.installed system-deps
 	$(PY) -m benchmarks $(ARGS)
 
 ## validate-gpu: on a machine with an NVIDIA GPU, the exporter against pynvml and nvidia-smi, idle and
-## under load; writes benchmarks/results/real-gpu-<model>.md and device-record-<model>.yaml
+## under load, beside nvitop-exporter; writes benchmarks/results/real-gpu-<model>.md,
+## device-record-<model>.yaml and nvml-costs-<model>.yaml in under 5 minutes
 ## (ARGS="--minutes 4"; ARGS="--simulate" runs it on the simulator)
 validate-gpu: $(VENV)/.installed
 	$(PY) -m benchmarks.real_gpu $(ARGS)

@@ -4,9 +4,10 @@ printed as one markdown report.
     python -m benchmarks [--part all|exporter|overhead|prometheus] [--output FILE] [--quick] ...
 
 The full run takes about 75 minutes on a 2-core machine: roughly half for the exporter side (four
-fleets x three exporters, each watched for a minute and driven by wrk), ten minutes for the
-overhead runs (benchmarks/overhead.py: both exporters at once at a 1 s and a 5 s poll, on live and
-on precomputed simulated NVML, then the profile of where the exporter's own time and memory go),
+fleets x three exporters, each watched for a minute and driven by wrk), a quarter of an hour
+for the overhead runs (benchmarks/overhead.py: the call-cost calibration on a node shaped like the
+real H200 run, then both exporters at once at a 1 s and a 5 s poll, on live and on precomputed
+simulated NVML, then the profile of where the exporter's own time and memory go),
 and the rest for the 1,000-node backfill and its queries. `--quick` runs the default fleet, short
 overhead windows and a 50-node cluster for a smoke test.
 """
@@ -102,6 +103,15 @@ def main(argv: list[str] | None = None) -> int:
         settings = overhead.Settings()
         if args.quick:
             settings = replace(settings, warmup_seconds=10.0, window_seconds=15.0)
+        calibration = overhead.calibration_settings(
+            settings.window_seconds, settings.warmup_seconds
+        )
+        sections += [
+            "### Calibration: the simulated NVML's call costs against the real H200",
+            "",
+            overhead.render_calibration(overhead.run(calibration, progress)),
+            "",
+        ]
         rows = overhead.run(settings, progress)
         sections += ["### Overhead beside nvitop-exporter", "", overhead.render(rows), ""]
         progress("overhead profile")

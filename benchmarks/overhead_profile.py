@@ -5,6 +5,8 @@
 Three views of one running exporter (the production entry point, `exporter.cli.main`, with a fake
 kubelet in a process of its own and the simulated NVML replaying precomputed answers):
 
+- CPU by thread (the poller, each helper, the event loop), read from each thread's own CPU
+  clock with nothing else running in the process, so the figures are the exporter's own.
 - CPU by module and by function, over every thread. cProfile sees only the thread that enabled
   it, and the exporter's work happens on a dozen, so this uses yappi's CPU clock, which hooks
   each thread the same way. Profiling slows Python calls several times, so the shares are what
@@ -36,7 +38,7 @@ from typing import Any
 from benchmarks.processes import REPO, fake_kubelet, free_port
 
 MB = 1_000_000
-VIEWS = ("cpu", "imports", "heap")
+VIEWS = ("threads", "cpu", "imports", "heap")
 SCRAPE_INTERVAL_SECONDS = 15.0
 _PROMETHEUS_ACCEPT = (
     "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1"
@@ -117,7 +119,24 @@ def _run_exporter(argv: list[str], seconds: float, at_end: Callable[[], None]) -
 def child(view: str, fleet: str, warmup: float, seconds: float, argv: list[str]) -> None:
     """In the child process: one view, printed as JSON on stdout's last line."""
     result: dict[str, Any] = {}
-    if view == "cpu":
+    if view == "threads":
+        from benchmarks.simulated import fleet_spec, simulated_nvml
+
+        simulated_nvml(fleet_spec(fleet))
+        at_start: dict[str, float] = {}
+
+        def threads_at_start() -> None:
+            time.sleep(warmup)
+            at_start.update(_thread_cpu())
+
+        def threads_at_end() -> None:
+            spent = {name: cpu - at_start.get(name, 0.0) for name, cpu in _thread_cpu().items()}
+            result["threads"] = sorted(spent.items(), key=lambda kv: -kv[1])
+            result["seconds"] = seconds
+
+        threading.Thread(target=threads_at_start, daemon=True).start()
+        _run_exporter(argv, warmup + seconds, threads_at_end)
+    elif view == "cpu":
         import yappi
 
         from benchmarks.simulated import fleet_spec, simulated_nvml
@@ -181,6 +200,21 @@ def child(view: str, fleet: str, warmup: float, seconds: float, argv: list[str])
     print(json.dumps(result), flush=True)
 
 
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds by thread name, numbered names (a pool's workers) summed under their stem."""
+    spent: collections.Counter[str] = collections.Counter()
+    for thread in threading.enumerate():
+        if thread.ident is None or thread.name in ("profile-timer",):
+            continue
+        try:
+            clock = time.pthread_getcpuclockid(thread.ident)
+            seconds = time.clock_gettime(clock)
+        except (OSError, ProcessLookupError):
+            continue  # the thread ended between the listing and the read
+        spent[thread.name.rstrip("0123456789").rstrip("-_") or thread.name] += seconds
+    return dict(spent)
+
+
 def profile(view: str, fleet: str, poll: float, warmup: float, seconds: float) -> dict[str, Any]:
     with (
         tempfile.TemporaryDirectory(prefix="kge-profile-") as tmp,
@@ -235,7 +269,20 @@ def _scrape_until_gone(process: subprocess.Popen, port: int) -> None:
 def render(views: dict[str, dict[str, Any]], seconds: float) -> str:
     cpu, memory = views["cpu"], {**views["imports"], **views["heap"]}
     total = cpu["total"] or 1e-9
+    threads = views["threads"]
+    per_hour = 3600 / threads["seconds"]
     lines = [
+        f"CPU by thread over {threads['seconds']:g} s (each thread's CPU clock, no profiler):",
+        "",
+        "| thread | CPU s / h |",
+        "|---|---:|",
+        *(
+            f"| `{name}` | {spent * per_hour:.2f} |"
+            for name, spent in threads["threads"]
+            if spent * per_hour >= 0.01
+        ),
+        f"| all | {sum(spent for _, spent in threads['threads']) * per_hour:.2f} |",
+        "",
         f"CPU by package over {seconds:g} s (yappi, all threads; shares of the profiled total):",
         "",
         "| package | share |",

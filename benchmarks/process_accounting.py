@@ -186,7 +186,8 @@ def measure(gpus: int = 8, processes: int = 50, repeat: int = 7) -> dict[str, fl
     fleet = parse_fleet(
         "gpus:\n" + "  - {model: H100-80GB-HBM3, workload: training}\n" * gpus, "process bench"
     )
-    sim = FakeNvml(replace(fleet, call_latency_us=0.0, pcie_window_ms=0.0)).install()
+    # Process lists cost what a real one does (call_costs.py); no PCIe wait is involved.
+    sim = FakeNvml(replace(fleet, pcie_window_ms=0.0)).install()
     pynvml.nvmlInit()
     try:
         handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(gpus)]

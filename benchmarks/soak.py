@@ -71,7 +71,7 @@ def serve_accelerated(argv: Sequence[str]) -> int:
     seconds, plus the /-/soak stats route."""
     from aiohttp import web
 
-    from exporter.app import serve_node, simulated_node
+    from exporter.app import serve_node, simulated_fleet, simulated_node
     from exporter.cli import parse_config
     from exporter.logs import configure_logging
     from exporter.server import STORE_KEY
@@ -115,7 +115,12 @@ def serve_accelerated(argv: Sequence[str]) -> int:
             }
         )
 
-    with simulated_node(config) as (nvml, kubelet, config):
+    # Flat, free calls: the soak looks for leaks under faults, and charging each call's CPU (an
+    # OpenSSL call on whichever worker thread makes it, call_costs.py) spreads native allocations
+    # over more of glibc's per-thread malloc arenas, a bounded one-time growth of a few MB that
+    # its RSS limit cannot tell from a leak (with MALLOC_ARENA_MAX=2 it does not happen).
+    fleet = replace(simulated_fleet(config), call_costs="flat", call_latency_us=0.0)
+    with simulated_node(config, fleet) as (nvml, kubelet, config):
         if not config.labels.node_name:
             labels = replace(config.labels, node_name=nvml.fleet.node_name)
             config = replace(config, labels=labels)

@@ -27,10 +27,12 @@ from exporter.config import Config, ConfigurationError
 from exporter.connection_guard import connection_cap, raise_open_file_limit
 from exporter.exposition.context import AttributionContext
 from exporter.exposition.renderer import Renderer
+from exporter.exposition.scrape_schedule import ScrapeSchedule
 from exporter.exposition.store import ExpositionStore
 from exporter.nvml.binding import check_binding
 from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
 from exporter.poller import Poller
+from exporter.scrape_cadence import helper_cadence
 from exporter.server import bind_listeners, build_app, serve
 from exporter.webconfig.reload import WebConfigReloader
 
@@ -163,22 +165,28 @@ def _kubernetes_watcher(config: Config):
 
 
 def attribution_sources(
-    config: Config,
+    config: Config, schedule: ScrapeSchedule | None = None
 ) -> tuple[PodResourcesWatcher | None, KubernetesWatcher | None]:
-    """The pod-resources watcher and the Kubernetes watcher `config` asks for, not started."""
+    """The pod-resources watcher and the Kubernetes watcher `config` asks for, not started.
+    With the exposition's scrape `schedule`, pod-resources is listed just before scrapes."""
     pods = None
     if config.attribution.podresources_enabled:
+        interval = config.collection.interval_seconds
         pods = PodResourcesWatcher(
             PodResourcesClient(config.attribution.socket_path),
-            config.collection.interval_seconds,
+            interval,
             config.attribution.extra_resources,
+            cadence=None if schedule is None else helper_cadence(interval, schedule.next_scrape_in),
         )
     kube = _kubernetes_watcher(config) if config.attribution.kubernetes_enabled else None
     return pods, kube
 
 
 def exposition_store(
-    config: Config, pods: PodResourcesWatcher | None, kube: KubernetesWatcher | None
+    config: Config,
+    pods: PodResourcesWatcher | None,
+    kube: KubernetesWatcher | None,
+    schedule: ScrapeSchedule | None = None,
 ) -> ExpositionStore:
     """A store that joins each published snapshot with the sources' latest data."""
 
@@ -190,7 +198,10 @@ def exposition_store(
         )
 
     return ExpositionStore(
-        Renderer(config.labels), context, interval_seconds=config.collection.interval_seconds
+        Renderer(config.labels),
+        context,
+        interval_seconds=config.collection.interval_seconds,
+        schedule=schedule,
     )
 
 
@@ -254,9 +265,11 @@ def serve_node(
     """Start the collectors for `config`, serve until SIGTERM, then stop them."""
     cap = connection_cap(config.web.max_connections, raise_open_file_limit())
     config = replace(config, web=replace(config.web, max_connections=cap))
-    pods, kube = attribution_sources(config)
-    store = exposition_store(config, pods, kube)
-    poller = Poller(config.collection, store.publish)
+    # Learnt from the scrapes the server sees; the collectors time their costly work by it.
+    schedule = ScrapeSchedule()
+    pods, kube = attribution_sources(config, schedule)
+    store = exposition_store(config, pods, kube, schedule)
+    poller = Poller(config.collection, store.publish, next_scrape_in=schedule.next_scrape_in)
     helpers = [h for h in (pods, kube) if h is not None]
     for helper in helpers:
         helper.start()

@@ -176,6 +176,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="How often to sample PCIe throughput (default 15s).",
     )
     add(
+        "--collector.slow-fields-interval",
+        dest="slow_fields_interval",
+        type=_positive("interval", 0, 3600),
+        default=10.0,
+        help="Read the costly or slowly changing fields (the energy counter, 4 ms of CPU per "
+        "read on an H200; the PCIe replay counter; ECC totals; row remapping; the NVLink "
+        "counters; the power limit) at most this often, and, when Prometheus scrapes on a "
+        "period, only in the sweep before a scrape (default 10s; 0s reads them every sweep).",
+    )
+    add(
         "--collector.xid",
         dest="xid",
         action=argparse.BooleanOptionalAction,
@@ -546,6 +556,7 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
         device_timeout_seconds=args.device_timeout,
         pcie_enabled=args.pcie,
         pcie_interval_seconds=args.pcie_interval,
+        slow_fields_interval_seconds=args.slow_fields_interval,
         xid_enabled=args.xid,
         gpm_enabled=args.gpm,
         mig_refresh_seconds=args.mig_refresh,

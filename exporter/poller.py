@@ -32,6 +32,7 @@ from exporter.nvml.helper import LiveGpu, PollerHelper
 from exporter.nvml.helper_registry import build_helpers
 from exporter.nvml.mig_reader import MigReader
 from exporter.processes.owner import PidOwners
+from exporter.scrape_cadence import NextScrapeIn, ScrapeCadence, nobody_scrapes
 from exporter.snapshot import CollectorStatus, GpuIdentity, GpuSnapshot, NodeSnapshot
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class Poller(BackgroundThread):
         helper_threads: bool = True,
         extra_helpers: Sequence[PollerHelper] = (),
         pid_owners: PidOwners | None = None,
+        next_scrape_in: NextScrapeIn | None = None,
     ) -> None:
         super().__init__()
         # False: helpers that can run as rounds get no threads of their own; whoever steps
@@ -73,7 +75,20 @@ class Poller(BackgroundThread):
         self._publish = publish
         self._tally = ErrorTally()
         self._nvml = GuardedNvml(self._tally)
-        self._reader = DeviceReader(self._nvml, threading.Lock())
+        # `next_scrape_in`: when the exposition expects the next scrape (scrape_schedule.py).
+        # The slow fields are read just before one (with nobody scraping, every interval of
+        # theirs), within the sweep itself, so the sweep just before a scrape is early enough.
+        # GPM samples just before one only when it is given (else every sweep interval).
+        slow_fields = (
+            ScrapeCadence(
+                config.slow_fields_interval_seconds,
+                config.interval_seconds,
+                next_scrape_in or nobody_scrapes,
+            )
+            if config.slow_fields_interval_seconds > 0
+            else None
+        )
+        self._reader = DeviceReader(self._nvml, threading.Lock(), slow_fields)
         self._mig = MigReader(self._nvml, config.mig_refresh_seconds)
         self._clock_events = ClockEventCounts()
         # `extra_helpers` come after the registered ones, for tests and embedders. Process
@@ -86,6 +101,7 @@ class Poller(BackgroundThread):
                 self._mig_changed,
                 mig=self._mig,
                 pid_owners=pid_owners,
+                next_scrape_in=next_scrape_in,
             ),
             *extra_helpers,
         )

@@ -10,6 +10,7 @@ import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pynvml
 import pytest
 
 from exporter.config import CollectionConfig, LabelConfig
@@ -30,6 +31,9 @@ FAST = CollectionConfig(
     xid_reregister_delay_seconds=0.05,
     xid_event_wait_ms=100,
     mig_refresh_seconds=60.0,
+    # Every sweep: tests that inject an ECC error or step the energy counter read it back at once;
+    # the cadence itself has its own tests (test_scrape_cadence.py).
+    slow_fields_interval_seconds=0.0,
 )
 LABELS = LabelConfig(node_name="node-a")
 
@@ -42,7 +46,7 @@ def quiet(fleet: FleetSpec) -> FleetSpec:
     """The same fleet without simulated call latency, so tests run fast."""
     from dataclasses import replace
 
-    return replace(fleet, call_latency_us=0.0, pcie_window_ms=0.0)
+    return replace(fleet, call_costs="flat", call_latency_us=0.0, pcie_window_ms=0.0)
 
 
 @pytest.fixture
@@ -56,6 +60,19 @@ def make_sim() -> Iterator[Callable[[FleetSpec | None], FakeNvml]]:
 
     yield make
     for sim in sims:
+        sim.uninstall()
+
+
+@pytest.fixture
+def frozen_sim() -> Iterator[FakeNvml]:
+    """The default simulated node with its clock stopped, initialised: the exporter's sweep and a
+    test's own reads see the same instant, so any difference is a reading, not time passing."""
+    sim = FakeNvml(quiet(default_fleet()), clock=lambda: 0.0).install()
+    pynvml.nvmlInit()
+    try:
+        yield sim
+    finally:
+        pynvml.nvmlShutdown()
         sim.uninstall()
 
 

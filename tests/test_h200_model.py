@@ -14,6 +14,7 @@ from typing import Any
 import pynvml
 import pytest
 
+from benchmarks.real_gpu.latency import gpm_pair
 from exporter import small_yaml
 from exporter.nvml.error_tally import ErrorTally
 from exporter.nvml.guarded_calls import GuardedNvml
@@ -219,8 +220,40 @@ def _arguments(function: str, handle: Any) -> tuple[Any, ...]:
         "nvmlDeviceGetClockInfo": (pynvml.NVML_CLOCK_SM,),
         "nvmlDeviceGetMaxClockInfo": (pynvml.NVML_CLOCK_SM,),
         "nvmlDeviceGetGpuInstanceProfileInfo": (pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE,),
+        "nvmlDeviceGetFieldValues": ([pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION],),
+        "nvmlDeviceGetPcieThroughput": (pynvml.NVML_PCIE_UTIL_TX_BYTES,),
     }
     return (handle, *extra.get(function, ()))
+
+
+def _gpm_metrics(handle: Any) -> None:
+    """nvmlGpmMetricsGet as a caller makes it: two samples of the device, one metric."""
+    request = gpm_pair(handle)
+    try:
+        pynvml.nvmlGpmMetricsGet(request)
+        if request.metrics[0].nvmlReturn != pynvml.NVML_SUCCESS:
+            raise pynvml.NVMLError(request.metrics[0].nvmlReturn)
+    finally:
+        pynvml.nvmlGpmSampleFree(request.sample1)
+        pynvml.nvmlGpmSampleFree(request.sample2)
+
+
+def _call(function: str, handle: Any) -> None:
+    """One call of `function` with the arguments a real caller passes."""
+    if function in ("nvmlDeviceGetCount", "nvmlSystemGetDriverVersion"):
+        getattr(pynvml, function)()
+    elif function == "nvmlDeviceGetHandleByIndex":
+        pynvml.nvmlDeviceGetHandleByIndex(0)
+    elif function == "nvmlGpmSampleGet":
+        sample = pynvml.nvmlGpmSampleAlloc()
+        try:
+            pynvml.nvmlGpmSampleGet(handle, sample)
+        finally:
+            pynvml.nvmlGpmSampleFree(sample)
+    elif function == "nvmlGpmMetricsGet":
+        _gpm_metrics(handle)
+    else:
+        getattr(pynvml, function)(*_arguments(function, handle))
 
 
 def test_nvml_support_matrix(make_sim: MakeSim, record: dict[str, Any]) -> None:
@@ -231,7 +264,7 @@ def test_nvml_support_matrix(make_sim: MakeSim, record: dict[str, Any]) -> None:
     answers = {}
     for function in record["nvml_support"]:
         try:
-            getattr(pynvml, function)(*_arguments(function, handle))
+            _call(function, handle)
             answers[function] = "ok"
         except pynvml.NVMLError as exc:
             answers[function] = exc.value

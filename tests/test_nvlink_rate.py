@@ -34,7 +34,13 @@ class SteppedNode:
         self.clock = [0.0]
         self.sim = FakeNvml(quiet(fleet), clock=lambda: self.clock[0]).install()
         self.poller = Poller(
-            CollectionConfig(xid_enabled=False, pcie_enabled=False, gpm_enabled=False),
+            # Every field every sweep: the slow fields' cadence runs on the real clock.
+            CollectionConfig(
+                xid_enabled=False,
+                pcie_enabled=False,
+                gpm_enabled=False,
+                slow_fields_interval_seconds=0.0,
+            ),
             lambda snapshot: None,
             helper_threads=False,
         )

@@ -20,7 +20,13 @@ from exporter.podresources.client import PodResourcesStatus
 from exporter.podresources.device_ids import parse_device_id
 from exporter.processes.host_pids import HostPidOwners
 from exporter.processes.owner import EXITED, HOST, ProcessOwner
-from exporter.processes.pod_usage import NOT_HOLDER, UNATTRIBUTED, Usage, pod_usage
+from exporter.processes.pod_usage import (
+    HOLDER_UNKNOWN,
+    NOT_HOLDER,
+    UNATTRIBUTED,
+    Usage,
+    pod_usage,
+)
 from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fleet import CGROUP_LAYOUTS, default_fleet
 from exporter.simulator.host_tree import HostTree
@@ -167,6 +173,31 @@ def test_the_families_have_one_row_per_container_and_one_unattributed_per_device
     # The device series are untouched: still the device's own figures, with no pod labels.
     [temp] = [s for s in families["DCGM_FI_DEV_FB_USED"] if s.labels["UUID"] == SHARED]
     assert temp.value == 30 * 1024 and "pod" not in temp.labels
+
+
+def test_without_pod_resources_every_process_is_on_its_devices_unattributed_row() -> None:
+    """--no-podresources --collector.processes: no holders are known, so no process counts for a
+    pod, and none is lost: a pod's process says holder_unknown, the rest their own reason."""
+    text = Renderer(LabelConfig(node_name="n")).render_body(SNAPSHOT)  # no attribution context
+    families = {f.name: f.samples for f in text_string_to_metric_families(text)}
+    rows = {
+        (s.labels["UUID"], s.labels.get("GPU_I_ID", ""), s.labels["pod"]): s.value
+        for s in families["kube_gpu_exporter_pod_gpu_memory_used_bytes"]
+    }
+    assert rows == {(SHARED, "", ""): 22 * GIB, (MIGGPU, "9", ""): 3 * GIB, (MIGGPU, "10", ""): 0}
+    reasons = {
+        (s.labels["UUID"], s.labels["reason"]): s.value
+        for s in families["kube_gpu_exporter_gpu_processes_unattributed"]
+    }
+    assert reasons == {
+        (SHARED, HOLDER_UNKNOWN): 5,
+        (SHARED, "host"): 1,
+        (SHARED, "exited"): 1,
+        (MIGGPU, HOLDER_UNKNOWN): 1,
+    }
+    # Pod-resources' own families stay away: it is off, not failing.
+    assert "kube_gpu_exporter_pod_device_allocation" not in families
+    assert 'collector="podresources"' not in text
 
 
 def test_per_pod_copies_carry_each_pods_own_use_when_asked() -> None:

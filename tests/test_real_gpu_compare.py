@@ -1,10 +1,11 @@
-"""The real-GPU harness's comparison, without a GPU: nvidia-smi's XML against a fixture written in
-its schema, and our own pynvml reads and the exporter's exposition against the simulator."""
+"""The real-GPU harness's comparison, without a GPU: nvidia-smi's XML against a real capture (an
+H200, driver 580, identifiers zeroed) and a MIG variant derived from it, and our own pynvml reads
+and the exporter's exposition against the simulator."""
 
 from __future__ import annotations
 
+import ast
 import re
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,10 +22,13 @@ from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.fleet import default_fleet
 from tests.conftest import quiet, render
 
+# `nvidia-smi -q -x` of an idle NVIDIA H200 (driver 580.159.04), as captured.
 FIXTURE = Path(__file__).parent / "fixtures" / "nvidia-smi-h200.xml"
-LOADED = "00000000:18:00.0"
-PARTITIONED = "00000000:2a:00.0"
+CAPTURED = "00000000:00:06.0"
+# Not captured: a second GPU the tests derive from the captured one, with MIG on.
+DERIVED_MIG = "00000000:00:07.0"
 H200_MEMORY = 143771 * MIB
+INDEPENDENT = Path(__file__).resolve().parent.parent / "benchmarks" / "real_gpu" / "independent.py"
 
 
 @pytest.fixture
@@ -32,62 +36,85 @@ def xml() -> str:
     return FIXTURE.read_text()
 
 
+def _edit(text: str, old: str, new: str, count: int = 1) -> str:
+    """text with `old` replaced; an edit that matches nothing would test nothing."""
+    assert old in text, old
+    return text.replace(old, new, count)
+
+
 # ---- nvidia-smi's XML ----
 
 
-def test_every_fact_of_both_gpus_is_read(xml: str) -> None:
-    facts = smi_facts(xml)
-    assert facts == {
-        LOADED: GpuFacts(
+def test_the_captured_board_reads_as_nvidia_smi_printed_it(xml: str) -> None:
+    assert smi_facts(xml) == {
+        CAPTURED: GpuFacts(
             name="NVIDIA H200",
             pci_device_id=0x233510DE,
             memory_total_bytes=H200_MEMORY,
-            memory_used_bytes=81920 * MIB,
-            temperature_c=34.0,
-            power_w=118.42,
-            power_limit_w=700.0,
-            sm_clock_mhz=1980.0,
-            mem_clock_mhz=3201.0,
-            gpu_util_pct=97.0,
-            mem_util_pct=61.0,
-            ecc_enabled=True,
-            mig_enabled=False,
-        ),
-        PARTITIONED: GpuFacts(
-            name="NVIDIA H200",
-            pci_device_id=0x233510DE,
-            memory_total_bytes=H200_MEMORY,
-            memory_used_bytes=1024 * MIB,
-            temperature_c=29.0,
-            power_w=92.10,
+            # "Used 0 MiB" beside "Reserved 616 MiB": used is taken as printed, without the
+            # reservation, as DCGM's FB_USED is.
+            memory_used_bytes=0,
+            temperature_c=36.0,
+            # <gpu_power_readings>'s average, not the memory's (43.56 W) nor the instant draw.
+            power_w=82.36,
             power_limit_w=700.0,
             sm_clock_mhz=345.0,
             mem_clock_mhz=3201.0,
-            # A MIG-enabled GPU has no whole-GPU utilization: nvidia-smi prints N/A.
-            gpu_util_pct=None,
-            mem_util_pct=None,
+            gpu_util_pct=0.0,
+            mem_util_pct=0.0,
             ecc_enabled=True,
-            mig_enabled=True,
-        ),
+            mig_enabled=False,
+        )
     }
+
+
+def _with_derived_mig_gpu(xml: str) -> str:
+    """DERIVED, not captured: the log with a second GPU copied from the first, MIG enabled. With
+    MIG on, nvidia-smi prints the whole GPU's utilization as N/A (the instances have their own),
+    which is what the copy changes besides the mode and the bus id."""
+    match = re.search(r"\t<gpu id=.*?\n\t</gpu>\n", xml, re.S)
+    assert match is not None
+    twin = _edit(match.group(0), f'<gpu id="{CAPTURED}">', f'<gpu id="{DERIVED_MIG}">')
+    twin = _edit(twin, f"<pci_bus_id>{CAPTURED}</", f"<pci_bus_id>{DERIVED_MIG}</")
+    twin = _edit(twin, "<current_mig>Disabled</", "<current_mig>Enabled</")
+    twin = _edit(twin, "<gpu_util>0 %</", "<gpu_util>N/A</")
+    twin = _edit(twin, "<memory_util>0 %</", "<memory_util>N/A</")
+    edited = _edit(xml, "<attached_gpus>1</", "<attached_gpus>2</")
+    return _edit(edited, match.group(0), match.group(0) + twin)
+
+
+def test_a_mig_enabled_gpu_has_no_whole_gpu_utilization(xml: str) -> None:
+    facts = smi_facts(_with_derived_mig_gpu(xml))
+    assert set(facts) == {CAPTURED, DERIVED_MIG}
+    assert facts[CAPTURED] == smi_facts(xml)[CAPTURED]
+    assert facts[DERIVED_MIG] == replace(
+        facts[CAPTURED], mig_enabled=True, gpu_util_pct=None, mem_util_pct=None
+    )
 
 
 @pytest.mark.parametrize("marker", ["N/A", "[N/A]", "[Not Supported]", "[Unknown Error]"])
 def test_every_no_value_spelling_reads_as_none(xml: str, marker: str) -> None:
-    edited = (
-        xml.replace("<gpu_temp>34 C</gpu_temp>", f"<gpu_temp>{marker}</gpu_temp>")
-        .replace("<sm_clock>1980 MHz</sm_clock>", f"<sm_clock>{marker}</sm_clock>", 1)
-        .replace(
-            "<pci_device_id>233510DE</pci_device_id>", f"<pci_device_id>{marker}</pci_device_id>", 1
-        )
-        .replace("<current_ecc>Enabled</current_ecc>", f"<current_ecc>{marker}</current_ecc>", 1)
+    edited = _edit(xml, "<gpu_temp>36 C</", f"<gpu_temp>{marker}</")
+    # The first <sm_clock> is the current one (<clocks>); <max_clocks> has its own.
+    edited = _edit(edited, "<sm_clock>345 MHz</", f"<sm_clock>{marker}</")
+    edited = _edit(edited, "<pci_device_id>233510DE</", f"<pci_device_id>{marker}</")
+    edited = _edit(edited, "<current_ecc>Enabled</", f"<current_ecc>{marker}</")
+    facts = smi_facts(edited)[CAPTURED]
+    assert facts.temperature_c is None
+    assert facts.sm_clock_mhz is None
+    assert facts.pci_device_id is None
+    assert facts.ecc_enabled is None
+    assert facts.mem_clock_mhz == 3201.0
+
+
+def test_the_capture_has_the_drivers_wordy_no_value_phrases(xml: str) -> None:
+    """Driver 580 writes phrases of its own where it has no value; they read as nothing, not
+    as an error."""
+    assert "<display_mode>Requested functionality has been deprecated</display_mode>" in xml
+    edited = _edit(
+        xml, "<gpu_temp>36 C</", "<gpu_temp>Requested functionality has been deprecated</"
     )
-    loaded = smi_facts(edited)[LOADED]
-    assert loaded.temperature_c is None
-    assert loaded.sm_clock_mhz is None
-    assert loaded.pci_device_id is None
-    assert loaded.ecc_enabled is None
-    assert loaded.mem_clock_mhz == 3201.0
+    assert smi_facts(edited)[CAPTURED].temperature_c is None
 
 
 def _gpu_power_section(xml: str) -> re.Match[str]:
@@ -115,21 +142,20 @@ def test_older_drivers_power_readings_give_the_same_facts(xml: str) -> None:
 
 
 def test_a_driver_with_only_the_instant_reading_reports_it(xml: str) -> None:
-    edited = xml.replace("<average_power_draw>118.42 W</average_power_draw>", "")
-    assert smi_facts(edited)[LOADED].power_w == 121.87
+    edited = _edit(xml, "<average_power_draw>82.36 W</average_power_draw>", "")
+    assert smi_facts(edited)[CAPTURED].power_w == 83.25
 
 
 def test_the_average_power_wins_over_the_instant_one(xml: str) -> None:
     section = _gpu_power_section(xml).group(0)
     assert section.index("average_power_draw") < section.index("instant_power_draw")
-    assert smi_facts(xml)[LOADED].power_w == 118.42
+    assert smi_facts(xml)[CAPTURED].power_w == 82.36
 
 
 def test_a_prefixed_device_id_and_a_short_domain_are_accepted(xml: str) -> None:
-    edited = xml.replace(
-        "<pci_device_id>233510DE</pci_device_id>", "<pci_device_id>0x233510DE</pci_device_id>"
-    ).replace('<gpu id="00000000:18:00.0">', '<gpu id="0000:18:00.0">')
-    assert smi_facts(edited)[LOADED].pci_device_id == 0x233510DE
+    edited = _edit(xml, "<pci_device_id>233510DE</", "<pci_device_id>0x233510DE</")
+    edited = _edit(edited, f'<gpu id="{CAPTURED}">', '<gpu id="0000:00:06.0">')
+    assert smi_facts(edited)[CAPTURED].pci_device_id == 0x233510DE
 
 
 @pytest.mark.parametrize(
@@ -147,31 +173,18 @@ def test_what_is_not_an_nvidia_smi_log_is_named(text: str, words: str) -> None:
 
 
 def test_a_reading_in_an_unexpected_unit_is_an_error_not_a_none(xml: str) -> None:
-    edited = xml.replace("<total>143771 MiB</total>", "<total>140 GiB</total>", 1)
+    edited = _edit(xml, "<total>143771 MiB</total>", "<total>140 GiB</total>")
     with pytest.raises(SmiXmlError, match=r"fb_memory_usage/total.*'140 GiB'.*MiB"):
         smi_facts(edited)
 
 
 def test_bus_ids_are_keyed_in_one_spelling() -> None:
-    assert bus_id_key("0000:2A:00.0") == bus_id_key("00000000:2a:00.0") == PARTITIONED
+    assert bus_id_key("0000:2A:00.0") == bus_id_key("00000000:2a:00.0") == "00000000:2a:00.0"
     with pytest.raises(ValueError, match="not a PCI bus id"):
         bus_id_key("2A:00.0")
 
 
 # ---- pynvml and the exposition, on the simulator ----
-
-
-@pytest.fixture
-def frozen_sim() -> Iterator[FakeNvml]:
-    """The default simulated node with its clock stopped, so the exporter's sweep and our own
-    reads see the same instant and any difference is a reading, not time passing."""
-    sim = FakeNvml(quiet(default_fleet()), clock=lambda: 0.0).install()
-    pynvml.nvmlInit()
-    try:
-        yield sim
-    finally:
-        pynvml.nvmlShutdown()
-        sim.uninstall()
 
 
 @pytest.fixture
@@ -211,10 +224,62 @@ def test_nvml_facts_agree_with_the_simulator(frozen_sim: FakeNvml) -> None:
             ecc_enabled=gpu.ecc_enabled,
             mig_enabled=mig,
         ), gpu.index
-        assert reserved > 0  # so used-without-reservation is really tested
+        # So a formula that took the reservation off (or added it) would fail.
+        assert reserved > 0
     # Utilization answers on the whole GPUs, so MIG's refusals do not mark it unsupported.
     assert support["nvmlDeviceGetUtilizationRates"] == "ok"
     assert support["nvmlDeviceGetMemoryInfo"] == "ok"
+
+
+def test_memory_used_is_the_structs_field_as_is(
+    frozen_sim: FakeNvml, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """v2 splits the board into used + free + reserved; nvidia-smi and DCGM show its `used`
+    unchanged, so the reference must too: no reservation taken off or added."""
+    board = pynvml.c_nvmlMemory_v2_t(
+        version=pynvml.nvmlMemory_v2,
+        total=143771 * MIB,
+        reserved=616 * MIB,
+        free=132033 * MIB,
+        used=11122 * MIB,
+    )
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMemoryInfo", lambda handle, version=None: board)
+    facts = nvml_facts()
+    assert {f.memory_used_bytes for f in facts.values()} == {11122 * MIB}
+    assert {f.memory_total_bytes for f in facts.values()} == {143771 * MIB}
+
+
+def test_a_driver_without_v2_gives_v1s_used_with_the_reservation() -> None:
+    """Before R510 there is only v1, whose `used` counts the reservation; nvidia-smi and DCGM
+    show that figure on such a driver, and so does the reference."""
+    fleet = replace(quiet(default_fleet()), driver_version="470.223.02")
+    sim = FakeNvml(fleet, clock=lambda: 0.0).install()
+    pynvml.nvmlInit()
+    try:
+        support: dict[str, str] = {}
+        facts = nvml_facts(support)
+        t = sim.now()
+        for gpu in sim.gpus:
+            _total, reserved, used, _free = gpu.memory(t)
+            assert reserved > 0
+            assert facts[bus_id_key(gpu.pci_bus_id)].memory_used_bytes == used + reserved
+        assert support["nvmlDeviceGetMemoryInfo"] == "ok"
+    finally:
+        pynvml.nvmlShutdown()
+        sim.uninstall()
+
+
+def test_the_independent_reads_share_no_code_with_the_exporter() -> None:
+    """A shared helper would carry a shared mistake: the memory formula once did."""
+    tree = ast.parse(INDEPENDENT.read_text())
+    imported = {
+        node.module if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    assert "pynvml" in imported
+    assert not {name for name in imported if name and name.split(".")[0] == "exporter"}
 
 
 def test_nvml_facts_name_what_the_driver_refuses(frozen_sim: FakeNvml) -> None:

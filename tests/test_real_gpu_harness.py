@@ -1,6 +1,6 @@
 """The real-GPU harness (benchmarks/real_gpu) without a GPU: its load-response verdicts, timings,
-report and device record in process against the simulator, and one whole run on the simulated
-node as `make validate-gpu` would start it."""
+report, device record and cost table in process against the simulator, and one whole run on the
+simulated node as `make validate-gpu` would start it."""
 
 from __future__ import annotations
 
@@ -15,12 +15,17 @@ import pynvml
 import pytest
 import yaml
 
+from benchmarks.real_gpu import neighbour
+from benchmarks.real_gpu.accounting import ProcessCheck
 from benchmarks.real_gpu.compare import Check
 from benchmarks.real_gpu.latency import (
-    SIM_CALL_US,
+    SLOW_FIELD_US,
     CallTiming,
-    ProcessUsage,
+    FieldTiming,
+    field_requests,
     percentile,
+    return_name,
+    time_fields,
     time_nvml_calls,
     timed_calls,
 )
@@ -31,14 +36,17 @@ from benchmarks.real_gpu.load import (
     TEMPERATURE,
     UTIL,
     board_values,
+    go,
     load_response,
     parse_banner,
+    prepare_load,
 )
 from benchmarks.real_gpu.report import (
     RECORD_KEYS,
     ErrorGrowth,
     RunReport,
     device_record,
+    failures,
     model_slug,
     nvml_errors,
     record_yaml,
@@ -46,7 +54,12 @@ from benchmarks.real_gpu.report import (
     render,
     unsupported_handling,
 )
-from benchmarks.real_gpu.run import UsageError, merge_checks, parse_args
+from benchmarks.real_gpu.run import UsageError, free_port, get, merge_checks, parse_args
+from benchmarks.real_gpu.usage import ProcessUsage
+from exporter import small_yaml
+from exporter.nvml import device_reader
+from exporter.nvml.device_reader import BATCHED_FIELDS, NVLINK_FIELDS
+from exporter.simulator import call_costs
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.fleet import default_fleet
 
@@ -132,6 +145,66 @@ def test_load_banner() -> None:
         parse_banner("Traceback (most recent call last):")
 
 
+@pytest.mark.timeout(60)
+def test_the_load_child_starts_on_go_and_says_why_it_cannot_load() -> None:
+    """Without PyTorch or CuPy with a GPU here, the child imports, waits for go, then answers
+    `backend=none` with the reason."""
+    prepared = prepare_load(5.0)
+    try:
+        assert (prepared.backend, prepared.gpus) == ("pending", 0)
+        assert prepared.running  # waiting for go: it never starts on its own
+        started = go(prepared, startup_timeout=50)
+        assert started.backend == "none" and started.process is None, started
+        assert "PyTorch" in started.note  # "is not installed" or "sees no CUDA device"
+        assert prepared.process is not None and prepared.process.wait(10) == 0
+    finally:
+        prepared.stop()
+
+
+# nvitop-exporter beside ours
+
+
+def test_nvitop_runs_on_the_simulated_node_under_simulate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(neighbour, "importable", lambda: True)
+    assert neighbour.nvitop_argv(9400, simulate=True) == [
+        *(sys.executable, "-m", "benchmarks.simulated", "default", "nvitop", "9400", "1"),
+    ]
+    argv = neighbour.nvitop_argv(9400, simulate=False)
+    assert argv is not None and argv[:2] == [sys.executable, "-c"]
+    assert argv[3:] == ["--bind-address=127.0.0.1", "--port=9400", "--interval=1"]
+
+
+def test_nvitop_from_its_script_or_not_at_all(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(neighbour, "importable", lambda: False)
+    script = "/opt/tools/nvitop-exporter"
+    monkeypatch.setattr(neighbour.shutil, "which", lambda name: script)
+    assert neighbour.nvitop_argv(9400, simulate=False) == [
+        script,
+        "--bind-address=127.0.0.1",
+        "--port=9400",
+        "--interval=1",
+    ]
+    assert neighbour.nvitop_argv(9400, simulate=True) is None  # it must import the simulator
+    monkeypatch.setattr(neighbour.shutil, "which", lambda name: None)
+    absent = neighbour.start(9400, False, REPO, tmp_path / "nvitop.log")
+    assert absent.process is None and not absent.running
+    assert absent.note == "nvitop-exporter is not installed: no comparison"
+
+
+def test_an_nvitop_exporter_that_dies_is_noted_not_fatal(tmp_path: Path) -> None:
+    log_path = tmp_path / "nvitop.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-c", "import sys; print('no NVML here'); sys.exit(3)"], stdout=log
+        )
+    dead = neighbour.Neighbour(process, free_port(), "nvitop-exporter 1.7.2")
+    neighbour.wait_ready(dead, get, log_path)
+    assert dead.process is None
+    assert dead.note == "nvitop-exporter exited with status 3 (no NVML here)"
+
+
 # Timings
 
 
@@ -152,6 +225,29 @@ def test_timed_calls_cover_every_call_of_the_sweep() -> None:
     assert called - fallbacks - timed == set()
 
 
+def test_the_sweeps_field_batch_leaves_out_the_fields_read_now_and_then(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the exporter reads its slow fields (energy, PCIe replays, ECC, remapping) only now
+    and then, the batch of every sweep is timed without them and the full one apart."""
+    asked: dict[str, list[object]] = {}
+    batches = [t for t in timed_calls() if t.label.startswith("nvmlDeviceGetFieldValues")]
+    for spec in batches:
+        monkeypatch.setattr(
+            pynvml,
+            "nvmlDeviceGetFieldValues",
+            lambda h, ids, label=spec.label: asked.setdefault(label, list(ids)),
+        )
+        spec.call(None)
+    every = [t.label for t in batches if t.per_sweep]
+    assert len(every) == 1
+    slow = set(getattr(device_reader, "SLOW_FIELDS", {}))
+    assert not slow & set(asked[every[0]])
+    everything = {*BATCHED_FIELDS, device_reader.POWER_AVERAGE, device_reader.POWER_INSTANT}
+    assert set().union(*asked.values()) == everything
+    assert len(batches) == (2 if slow else 1)
+
+
 @pytest.fixture
 def slow_sim() -> Iterator[FakeNvml]:
     """The default fleet with its call latency on, the PCIe window shortened."""
@@ -162,15 +258,69 @@ def slow_sim() -> Iterator[FakeNvml]:
     sim.uninstall()
 
 
-def test_timings_see_the_simulators_latency(slow_sim: FakeNvml) -> None:
+def test_timings_see_the_simulators_costs(slow_sim: FakeNvml) -> None:
+    """The fake charges each call the CPU its cost model says (call_costs.py); the timings
+    must find at least that much of it on the calling thread, and the PCIe window as a wait."""
     timings = time_nvml_calls(repeats=10)
-    assert {t.label for t in timings} >= {"nvmlDeviceGetTemperature", "nvmlGpmMetricsGet"}
+    assert {t.label for t in timings} >= {
+        "nvmlDeviceGetTemperature",
+        "nvmlGpmMetricsGet",
+        "nvmlDeviceGetTotalEnergyConsumption",
+    }
     for timing in timings:
         assert timing.error is None, timing
-        assert timing.median_us is not None
-        # The fake sleeps its call latency in every call; nothing can come back sooner.
-        assert timing.median_us >= SIM_CALL_US * 0.95, timing
+        assert timing.median_us is not None and timing.cpu_us is not None
         assert timing.p95_us is not None and timing.p95_us >= timing.median_us
+        assert timing.simulated_us > 0, timing
+        # Charged as the same work as on the measured host, so in this host's time; a shared
+        # machine's speed wanders between the calls and the ratio's own timing, hence 0.4.
+        charged = call_costs.MEASURED.call(timing.function).cpu_us
+        if charged >= 50:
+            assert timing.cpu_us >= 0.4 * charged * call_costs.BURNER.host_ratio(), timing
+    pcie = [t for t in timings if t.function == "nvmlDeviceGetPcieThroughput"]
+    assert len(pcie) == 2
+    for timing in pcie:
+        assert timing.median_us is not None and timing.median_us >= 2000 * 0.95
+        assert timing.simulated_us == 20_000  # the default fleet's window, not the test's
+
+
+def test_each_field_is_timed_alone_and_the_costly_ones_flagged(slow_sim: FakeNvml) -> None:
+    fields = time_fields(repeats=10)
+    requested = field_requests()
+    assert len(fields) == len(requested) == len(BATCHED_FIELDS) + 2 + len(NVLINK_FIELDS) + 1
+    # The exporter asks for NVLink fields per link; link 0 stands for them all.
+    assert {(f.field_id, f.scope) for f in fields if f.scope is not None} == {
+        (field_id, 0) for field_id in NVLINK_FIELDS
+    }
+    medians = [f.median_us or 0.0 for f in fields]
+    assert medians == sorted(medians, reverse=True)
+    by_id = {f.field_id: f for f in fields}
+    energy = by_id[pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION]
+    assert energy.name == "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+    # The model charges 5.8 ms of the measured host's CPU for it and 148 µs for the replay
+    # counter, as the same work here (call_costs.py).
+    ratio = call_costs.BURNER.host_ratio()
+    assert energy.slow and energy.cpu_us is not None and energy.cpu_us >= 0.4 * 5800 * ratio
+    replay = by_id[pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER]
+    assert replay.cpu_us is not None and replay.cpu_us >= 0.4 * 147.7 * ratio
+    assert fields[0].field_id == pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
+    assert all(f.nvml_return is None and f.calls == 10 for f in fields)
+    assert fields[0] is energy  # the slowest comes first
+
+
+def test_a_field_is_slow_on_wall_or_on_cpu_time() -> None:
+    def timing(median: float, cpu: float) -> FieldTiming:
+        return FieldTiming(83, None, "x", 10, median, median, cpu, None, None, 1.0, None)
+
+    assert not timing(SLOW_FIELD_US, SLOW_FIELD_US).slow
+    assert timing(SLOW_FIELD_US + 1, 1.0).slow
+    assert timing(1.0, SLOW_FIELD_US + 1).slow
+
+
+def test_field_return_codes_are_named() -> None:
+    assert return_name(pynvml.NVML_SUCCESS) is None
+    assert return_name(pynvml.NVML_ERROR_NOT_SUPPORTED) == "NOT_SUPPORTED"
+    assert return_name(9999) == "ERROR_9999"
 
 
 # The device record
@@ -243,16 +393,32 @@ def test_unsupported_handled_only_when_quiet() -> None:
     assert not memory.families_absent and not memory.handled  # a series it cannot have
 
 
-def _report(simulate: bool, note: str = "") -> RunReport:
+MB = 1_000_000
+
+
+def _usage(user: float, system: float, rss_mb: float) -> ProcessUsage:
+    rss = int(rss_mb * MB)
+    return ProcessUsage(user, system, 240.0, [rss, rss], rss + MB)
+
+
+def _report(simulate: bool, note: str = "", nvitop: bool = True) -> RunReport:
     checks = [
         Check("DCGM_FI_DEV_FB_TOTAL", GPU_A, 143771.0, 143771.0, 0.0, True),
         Check("DCGM_FI_DEV_GPU_TEMP", GPU_A, 40.0, 52.0, 3.0, False, note),
     ]
+    energy = FieldTiming(
+        83, None, "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 300, 4054.1, 7195.6, 4025.3, 0.0,
+        4025.3, 4025.3, None,
+    )  # fmt: skip
+    nvlink = FieldTiming(
+        138, 0, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", 300, 10.8, 14.6, 10.5, None, None,
+        10.8, "NOT_SUPPORTED",
+    )  # fmt: skip
     return RunReport(
         model_name="NVIDIA H200",
         simulate=simulate,
-        minutes=4,
-        driver_version="580.65.06",
+        minutes=3,
+        driver_version="580.159.04",
         gpus=1,
         load_description="torch on 1 GPU(s): float16 matmul",
         checks={"pynvml": checks},
@@ -262,11 +428,23 @@ def _report(simulate: bool, note: str = "") -> RunReport:
             set(),
             ErrorGrowth({}, {}),
         ),
-        timings=[CallTiming("nvmlDeviceGetTemperature", True, 300, 31.5, 44.0, 100.0, None)],
+        processes=[
+            ProcessCheck(GPU_A, 449, True, 11122.0, 11114.0, "nvidia-smi", True),
+            ProcessCheck(GPU_B, 449, True, 10507.0, 11114.0, "nvidia-smi", False),
+        ],
+        timings=[
+            CallTiming(
+                "nvmlDeviceGetTemperature", True, 300, 31.5, 44.0, 100.0, None, 33.0, 3.0, 30.0
+            )
+        ],
+        fields=[energy, nvlink],
         sweep_seconds=[0.004, 0.005, 0.006],
         sweep_estimate_us=(410.0, 1300.0),
         scrape_seconds=[0.001, 0.002],
-        usage=ProcessUsage(3.0, 240.0, [50_000_000, 52_000_000], 53_000_000),
+        usage=_usage(0.4, 1.6, 75.0),
+        nvitop=_usage(0.2, 1.0, 66.0) if nvitop else None,
+        nvitop_note="nvitop-exporter 1.7.2" if nvitop else "nvitop-exporter is not installed",
+        run_seconds=221.0,
     )
 
 
@@ -282,11 +460,66 @@ def test_report_renders_every_section() -> None:
         in (text)
     )
     assert f"| {UTIL} | {GPU_A} | 0.00 | 99.00 | load - idle >= 30 points | ok |" in text
-    assert "| nvmlDeviceGetTemperature | sweep | 300 | 31.5 | 44.0 | 100 | 0.32x |" in text
+    assert (
+        "| nvmlDeviceGetTemperature | every sweep | 300 | 31.5 | 44.0 | 33.0 | 3.0 / 30.0 | 100.0 "
+        "| 0.32x |" in text
+    )
     assert "410 µs measured, 1,300 µs in the simulator's model" in text
-    assert "| exporter CPU s/h (1 s interval here) | 45.0 |" in text
+    # Fields, the costly one flagged (its CPU in the kernel, as on the H200), a refusal named.
+    assert (
+        "| 83 (NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION) | 300 | 4,054.1 | 7,195.6 | 4,025.3 "
+        "| 0.0 / 4,025.3 | 4,025.3 |  | **slow** |" in text
+    )
+    assert "| 138 link 0 (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX) | 300 | 10.8 |" in text
+    assert "| - | 10.8 | NOT_SUPPORTED |  |" in text
+    # The exporter's CPU split, per hour: 0.4 and 1.6 s over 240 s.
+    assert "| exporter CPU s/h user / system (1 s interval here) | 6.0 / 24.0 |" in text
+    assert "| exporter CPU s/h (1 s interval here) | 30.0 |" in text
+    assert "| CPU s/h | 30.0 | 18.0 | 1.67x |" in text
+    assert "| RSS median / peak MB | 75.0 / 76.0 | 66.0 / 67.0 | 1.14x |" in text
+    assert f"| {GPU_B} | 449 | yes | 10,507.0 | 11,114.0 | nvidia-smi | **FAIL** |" in text
     assert "Simulated run" not in text
     assert "Simulated run" in render(_report(simulate=True))
+
+
+def test_the_summary_lists_each_failure_and_the_headline_figures() -> None:
+    report = _report(simulate=False)
+    text = render(report)
+    summary = text[text.index("## Summary") : text.index("## Exported families")]
+    lines = failures(report)
+    assert lines == [
+        "DCGM_FI_DEV_GPU_TEMP on 00000000:18:00.0 against pynvml: exported 40.000, "
+        "reference 52.000, tolerance 3.000",
+        "process accounting on 00000000:2a:00.0: exported 10,507.0 MiB, reference 11,114.0 MiB "
+        "(nvidia-smi)",
+    ]
+    assert "2 failed check(s):" in summary
+    for line in lines:
+        assert f"- **FAIL** {line}\n" in summary
+    assert "- Sweep: 5.00 ms median, 6.00 ms p95" in summary
+    assert "- Exporter: 6.0 s/h user + 24.0 s/h system = 30.0 CPU-s/h; RSS 75.0 MB median" in (
+        summary
+    )
+    assert "- nvitop-exporter 1.7.2 beside it: 3.0 s/h user + 15.0 s/h system" in summary
+    assert "- Ours / nvitop-exporter: CPU 1.67x, RSS 1.14x" in summary
+    assert (
+        "- Fields above 100 µs read alone: 83 (NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION) "
+        "4,054 µs wall, 4,025 µs CPU" in summary
+    )
+    assert "- Process accounting: 2 check(s), 2 judged, 1 failed" in summary
+    assert "- The run took 3 min 41 s." in summary
+
+
+def test_a_report_without_nvitop_or_a_process_check_says_why() -> None:
+    report = replace(_report(simulate=False, nvitop=False), processes=[])
+    report.processes_note = "no load ran (PyTorch is not installed; CuPy is not installed)"
+    text = render(report)
+    assert "- Beside nvitop-exporter: nvitop-exporter is not installed" in text
+    assert "No comparison: nvitop-exporter is not installed." in text
+    assert "Ours / nvitop-exporter" not in text
+    assert "- Process accounting: could not run: no load ran (PyTorch is not installed;" in text
+    assert "Could not run: no load ran (PyTorch is not installed; CuPy is not installed)." in text
+    assert len(failures(report)) == 1  # the temperature only
 
 
 def test_report_refuses_a_uuid_in_any_cell() -> None:
@@ -303,6 +536,12 @@ def test_checks_merge_to_the_first_failure() -> None:
     temp = next(c for c in merged if c.family == "DCGM_FI_DEV_GPU_TEMP")
     assert temp.ok is False and temp.reference == 52.0
     assert temp.note == "failed in 1 of 3 snapshots"
+
+
+def test_the_default_run_leaves_time_to_start_and_time_calls_within_five_minutes() -> None:
+    # The phases, plus the load's start, the exporters' start and stop and the call timings,
+    # which took under a minute on one H200; five minutes is the budget on 1 to 8 GPUs.
+    assert parse_args([]).minutes <= 3.0
 
 
 @pytest.mark.parametrize(
@@ -324,7 +563,7 @@ def test_bad_arguments_are_one_line(argv: list[str], message: str) -> None:
 
 
 @pytest.mark.timeout(150)
-def test_simulated_run_writes_report_and_record(tmp_path: Path) -> None:
+def test_simulated_run_writes_report_record_and_cost_table(tmp_path: Path) -> None:
     done = subprocess.run(
         [
             *(sys.executable, "-m", "benchmarks.real_gpu", "--simulate", "--minutes", "0.3"),
@@ -336,19 +575,44 @@ def test_simulated_run_writes_report_and_record(tmp_path: Path) -> None:
         timeout=140,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    report = tmp_path / "real-gpu-nvidia-h100-80gb-hbm3.md"
-    record_path = tmp_path / "device-record-nvidia-h100-80gb-hbm3.yaml"
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([report.name, record_path.name])
+    slug = "nvidia-h100-80gb-hbm3"
+    report = tmp_path / f"real-gpu-{slug}.md"
+    record_path = tmp_path / f"device-record-{slug}.yaml"
+    costs_path = tmp_path / f"nvml-costs-{slug}.yaml"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [report.name, record_path.name, costs_path.name]
+    )
     record = yaml.safe_load(record_path.read_text())
     assert set(RECORD_KEYS) <= set(record)
     assert record["source"] == "simulated"
     text = report.read_text()
-    for written in (text, record_path.read_text()):
+    for written in (text, record_path.read_text(), costs_path.read_text()):
         assert not UUID_OR_SERIAL.search(written)
         assert "sim-gpu-node-0" not in written  # the simulated node's host name
     assert "Simulated run" in text
+    assert text.index("## Summary") < text.index("## Exported families")
     # Every GPU of the simulated node was compared, and the exporter's figures were read.
     for bus in ("00000000:18:00.0", "00000000:db:00.0"):
         assert f"| modelName | {bus} | NVIDIA H100 80GB HBM3 |" in text
     assert "sweep duration (exporter gauge)" in text
     assert "exporter RSS median / peak MB" in text
+    assert "exporter CPU s/h user / system (1 s interval here)" in text
+    # The exporter's process rows against the harness's simulator, on each whole GPU.
+    for bus in ("00000000:18:00.0", "00000000:ab:00.0"):
+        assert re.search(
+            rf"^\| {re.escape(bus)} \| - \| - \| [\d,.]+ \| [\d,.]+ \| simulator", text, re.M
+        )
+    assert "no unattributed row" not in text
+    # The costly field is named at the top.
+    assert "- Fields above 100 µs read alone: 83 (NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION)" in text
+    if neighbour.importable():
+        assert re.search(r"^- Ours / nvitop-exporter: CPU [\d.]+x, RSS [\d.]+x$", text, re.M)
+        assert "| CPU s/h user / system |" in text
+    else:
+        assert "- Beside nvitop-exporter: nvitop-exporter is not installed" in text
+    # The cost table is the schema the simulator's cost model reads.
+    table = small_yaml.load(costs_path.read_text())
+    assert table["source"] == "simulated" and table["model_name"] == "NVIDIA H100 80GB HBM3"
+    model = call_costs.load_table(costs_path.read_text())
+    assert model.call("nvmlDeviceGetTotalEnergyConsumption").wall_us > 0
+    assert set(table["fields"]) == {f if isinstance(f, int) else f[0] for f in field_requests()}

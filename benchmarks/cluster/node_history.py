@@ -76,7 +76,11 @@ def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
     from exporter.simulator.host_tree import HostTree
     from exporter.simulator.processes import ProcessTable
 
-    fleet = replace(fleet_spec(fleet_name), call_latency_us=0.0, pcie_window_ms=0.0)
+    # A history stepped in simulated time: what NVML costs has no bearing on its values, and
+    # charging it would only make the backfill slower.
+    fleet = replace(
+        fleet_spec(fleet_name), call_costs="flat", call_latency_us=0.0, pcie_window_ms=0.0
+    )
     clock = [0.0]
     nvml = FakeNvml(fleet, clock=lambda: clock[0]).install()
     tmp = tempfile.TemporaryDirectory(prefix="kge-history-")
@@ -109,6 +113,9 @@ def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
     poller = Poller(
         CollectionConfig(
             interval_seconds=step_seconds,
+            # Every field every step: the slow fields' cadence runs on the real clock, and this
+            # history steps a simulated one.
+            slow_fields_interval_seconds=0.0,
             xid_enabled=False,
             processes_enabled=True,
             proc_root=str(host.proc_root),

@@ -21,7 +21,8 @@ class GpuFacts:
     name: str | None = None
     pci_device_id: int | None = None
     memory_total_bytes: int | None = None
-    # Excludes the driver's reservation, as nvidia-smi's "Used" and DCGM's FB_USED do.
+    # As nvidia-smi's "Used" and DCGM's FB_USED: nvmlMemory_v2's `used`, without the driver's
+    # reservation (v1's, with it, on drivers before R510, which have no v2).
     memory_used_bytes: int | None = None
     temperature_c: float | None = None
     power_w: float | None = None

@@ -8,6 +8,7 @@ cannot hide behind the same bug here. The caller initialises NVML (and shuts it 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pynvml
@@ -89,17 +90,23 @@ def _facts(call: _Calls, handle: Any, pci: Any) -> GpuFacts:
 
 
 def _memory(call: _Calls, handle: Any) -> tuple[int, int] | None:
-    """(total, used without the driver's reservation); v1 of the API has no reservation."""
+    """(total, used) as the driver splits the board, read off the struct with no arithmetic.
+
+    v2 divides the board into used + free + reserved, and its `used` is what nvidia-smi prints
+    as "Used" and DCGM publishes as FB_USED. A driver before R510 has only v1, whose `used`
+    counts the reservation too; on such a driver nvidia-smi and DCGM show that figure, so it is
+    the right reference there as well.
+    """
     try:
         memory = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
     except (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLLibraryMismatchError):
         memory = call(pynvml.nvmlDeviceGetMemoryInfo, handle)
-        return None if memory is None else (int(memory.total), int(memory.used))
     except pynvml.NVMLError as err:
         call.support.setdefault("nvmlDeviceGetMemoryInfo", error_name(err))
         return None
-    call.support["nvmlDeviceGetMemoryInfo"] = "ok"
-    return int(memory.total), max(0, int(memory.used) - int(memory.reserved))
+    else:
+        call.support["nvmlDeviceGetMemoryInfo"] = "ok"
+    return None if memory is None else (int(memory.total), int(memory.used))
 
 
 def _str(value: str | bytes) -> str:
@@ -112,3 +119,48 @@ def _number(value: int | None) -> float | None:
 
 def _watts(milliwatts: int | None) -> float | None:
     return None if milliwatts is None else milliwatts / 1000
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcesses:
+    """What NVML lists on one GPU: pid -> device memory in bytes (None: NVML has no figure)."""
+
+    uuid: str | None
+    memory_by_pid: dict[int, int | None]
+    # The error name when the GPU refused the list (a MIG-enabled parent to an unprivileged
+    # caller answers NO_PERMISSION); memory_by_pid is then empty.
+    error: str | None = None
+
+
+def nvml_processes() -> dict[str, GpuProcesses]:
+    """Compute and graphics processes of every GPU, keyed by `bus_id_key`; NVML must already be
+    initialised. A process in both lists is counted once: it is one address space."""
+    listed: dict[str, GpuProcesses] = {}
+    for index in range(pynvml.nvmlDeviceGetCount()):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        key = bus_id_key(_str(pynvml.nvmlDeviceGetPciInfo(handle).busId))
+        uuid = _uuid(handle)
+        try:
+            rows = [
+                *pynvml.nvmlDeviceGetComputeRunningProcesses(handle),
+                *pynvml.nvmlDeviceGetGraphicsRunningProcesses(handle),
+            ]
+        except pynvml.NVMLError as err:
+            listed[key] = GpuProcesses(uuid, {}, error_name(err))
+            continue
+        memory: dict[int, int | None] = {}
+        for row in rows:
+            used = None if row.usedGpuMemory is None else int(row.usedGpuMemory)
+            previous = memory.get(int(row.pid))
+            memory[int(row.pid)] = used if previous is None else max(previous, used or 0)
+        listed[key] = GpuProcesses(uuid, memory)
+    return listed
+
+
+def _uuid(handle: Any) -> str | None:
+    """Only to join the exporter's per-GPU rows, which carry the UUID and no bus id; it is
+    never written anywhere."""
+    try:
+        return _str(pynvml.nvmlDeviceGetUUID(handle))
+    except pynvml.NVMLError:
+        return None

@@ -1,11 +1,18 @@
-"""Timings on the GPU: each NVML call the exporter makes, timed by calling it directly on GPU 0,
-beside the simulator's latency model (a flat cost per call, a blocking PCIe sample window) and the
-figures the README quotes from the simulated benchmarks."""
+"""Timings on the GPU: each NVML call the exporter makes, and each field of its field-value batch
+read alone, timed by calling them directly on GPU 0 beside the simulator's cost model
+(exporter/simulator/call_costs.py) and the figures the README quotes from the simulated
+benchmarks.
+
+Every timed loop also reads the calling thread's user and system CPU before and after, so a call
+that costs wall time only by waiting (the PCIe throughput window) is told apart from one that
+keeps a CPU busy in the kernel (the total energy counter).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import math
+import resource
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -14,12 +21,23 @@ from typing import Any
 
 import pynvml
 
+from exporter.nvml import device_reader
 from exporter.nvml.binding import NVMLError, error_name
-from exporter.nvml.device_reader import BATCHED_FIELDS, POWER_AVERAGE, POWER_INSTANT
+from exporter.nvml.device_reader import (
+    BATCHED_FIELDS,
+    NVLINK_FIELDS,
+    POWER_AVERAGE,
+    POWER_INSTANT,
+)
+from exporter.simulator.call_costs import MEASURED
 
-# The simulator's defaults (exporter/simulator/fleets/default.yaml, `latency:`).
-SIM_CALL_US = 100.0
+# The simulator's PCIe sample window (exporter/simulator/fleets/default.yaml, `latency:`): the
+# cost model leaves that call to the window, which the fake waits out per direction.
 SIM_PCIE_WINDOW_MS = 20.0
+# A field read alone above this is named in the report: the H200's costly ones took 150 µs (PCIe
+# replay counter) and 4 ms (total energy), all the others 3-10 µs.
+SLOW_FIELD_US = 100.0
+NVLINK_LINK_COUNT = getattr(pynvml, "NVML_FI_DEV_NVLINK_LINK_COUNT", 91)
 
 # Figures the README's Benchmarks section quotes for the simulated one-GPU node (exporter row):
 # a real node with one GPU is the closest thing to compare with.
@@ -32,22 +50,56 @@ README_FIGURES: dict[str, float] = {
 }
 
 CallFn = Callable[[Any], Any]
+FieldRequest = int | tuple[int, int]
+
+_BATCH: list[FieldRequest] = [*BATCHED_FIELDS, POWER_AVERAGE, POWER_INSTANT]
+# The fields an exporter that reads its slow ones (costly or rarely changing) only now and then
+# leaves out of most sweeps; empty for one that reads every field every sweep.
+_SLOW: frozenset[int] = frozenset(getattr(device_reader, "SLOW_FIELDS", {}))
+_FAST_BATCH: list[FieldRequest] = [f for f in _BATCH if f not in _SLOW]
+FIELD_BATCH_FUNCTION = "nvmlDeviceGetFieldValues"
+PCIE_FUNCTION = "nvmlDeviceGetPcieThroughput"
+
+
+def function_of(label: str) -> str:
+    """ "nvmlDeviceGetClockInfo(SM)" -> "nvmlDeviceGetClockInfo"."""
+    return label.split("(", 1)[0]
+
+
+def _batch_label(batch: Sequence[FieldRequest]) -> str:
+    slow = "" if not _SLOW else ", slow ones too" if batch == _BATCH else ", no slow ones"
+    return f"{FIELD_BATCH_FUNCTION}({len(batch)} fields{slow})"
+
+
+def modelled_call_us(label: str) -> float:
+    """What the simulator charges for one call of `label`, wall time, in µs."""
+    function = function_of(label)
+    if function == PCIE_FUNCTION:
+        return SIM_PCIE_WINDOW_MS * 1e3
+    if label == _batch_label(_FAST_BATCH):
+        return MEASURED.fields(_FAST_BATCH).wall_us
+    if function == FIELD_BATCH_FUNCTION:
+        return MEASURED.fields(_BATCH).wall_us
+    return MEASURED.call(function).wall_us
+
+
+def cost_model_description() -> str:
+    return MEASURED.describe()
 
 
 @dataclass(frozen=True, slots=True)
 class TimedCall:
     """One NVML function as the exporter calls it; `per_sweep` is False for the calls made once
-    per GPU (identity) or by a helper thread off the sweep's path."""
+    per GPU (identity), by a helper thread off the sweep's path, or only for reference."""
 
     label: str
     call: CallFn
     per_sweep: bool = True
     # A blocking call is timed fewer times: each one waits out the driver's sample window.
     repeats: int | None = None
-    simulated_us: float = SIM_CALL_US
 
 
-def _gpm_pair(handle: Any) -> Any:
+def gpm_pair(handle: Any) -> Any:
     """Two filled GPM samples and a metrics request over them, as the exporter's GPM thread
     builds one (exporter/nvml/gpm_sampler.py)."""
     first, second = pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()
@@ -61,13 +113,9 @@ def _gpm_pair(handle: Any) -> Any:
     return request
 
 
-_BATCH = [*BATCHED_FIELDS, POWER_AVERAGE, POWER_INSTANT]
-
-
 def timed_calls() -> list[TimedCall]:
     """What a sweep (exporter/nvml/device_reader.py) and its helpers (pcie_sampler.py,
     gpm_sampler.py, poller.py) ask NVML for, with the arguments they pass."""
-    pcie_us = SIM_PCIE_WINDOW_MS * 1e3
     return [
         TimedCall("nvmlDeviceGetCount", lambda h: pynvml.nvmlDeviceGetCount()),
         TimedCall("nvmlDeviceGetHandleByIndex", lambda h: pynvml.nvmlDeviceGetHandleByIndex(0)),
@@ -96,11 +144,15 @@ def timed_calls() -> list[TimedCall]:
             "nvmlDeviceGetCurrentClocksEventReasons",
             pynvml.nvmlDeviceGetCurrentClocksEventReasons,
         ),
-        TimedCall(
-            f"nvmlDeviceGetFieldValues({len(_BATCH)} fields)",
-            lambda h: pynvml.nvmlDeviceGetFieldValues(h, _BATCH),
-        ),
+        *_batches(),
         TimedCall("nvmlDeviceGetPowerUsage", pynvml.nvmlDeviceGetPowerUsage, per_sweep=False),
+        # The exporter reads the counter as a field; the getter is timed for the cost table,
+        # so the simulator can charge a caller that uses it instead.
+        TimedCall(
+            "nvmlDeviceGetTotalEnergyConsumption",
+            pynvml.nvmlDeviceGetTotalEnergyConsumption,
+            per_sweep=False,
+        ),
         TimedCall("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, per_sweep=False),
         TimedCall("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, per_sweep=False),
         TimedCall("nvmlDeviceGetPciInfo", pynvml.nvmlDeviceGetPciInfo, per_sweep=False),
@@ -112,39 +164,96 @@ def timed_calls() -> list[TimedCall]:
             per_sweep=False,
         ),
         TimedCall(
-            "nvmlDeviceGetPcieThroughput(TX)",
+            f"{PCIE_FUNCTION}(TX)",
             lambda h: pynvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_TX_BYTES),
             per_sweep=False,
             repeats=10,
-            simulated_us=pcie_us,
         ),
         TimedCall(
-            "nvmlDeviceGetPcieThroughput(RX)",
+            f"{PCIE_FUNCTION}(RX)",
             lambda h: pynvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_RX_BYTES),
             per_sweep=False,
             repeats=10,
-            simulated_us=pcie_us,
         ),
         TimedCall("nvmlGpmQueryDeviceSupport", pynvml.nvmlGpmQueryDeviceSupport, per_sweep=False),
     ]
 
 
-@dataclass(frozen=True, slots=True)
-class CallTiming:
-    label: str
-    per_sweep: bool
-    calls: int
-    median_us: float | None
-    p95_us: float | None
-    simulated_us: float
-    error: str | None  # the NVML error name when the GPU refused the call
+def _batches() -> list[TimedCall]:
+    """The field batch as a sweep asks for it; where the slow fields are read only now and
+    then, also as the sweeps that read them do."""
+    fast = TimedCall(
+        _batch_label(_FAST_BATCH), lambda h: pynvml.nvmlDeviceGetFieldValues(h, _FAST_BATCH)
+    )
+    if not _SLOW:
+        return [fast]
+    full = TimedCall(
+        _batch_label(_BATCH), lambda h: pynvml.nvmlDeviceGetFieldValues(h, _BATCH), False
+    )
+    return [fast, full]
 
-    @property
-    def ratio(self) -> float | None:
-        """Real over simulated: above 1 the simulator is optimistic."""
-        if self.median_us is None or not self.simulated_us:
-            return None
-        return self.median_us / self.simulated_us
+
+# Measuring
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One timed loop: each call's wall time, and the thread's CPU over the whole loop."""
+
+    wall_us: tuple[float, ...]
+    cpu_us: float  # per call, mean, user + system
+    # The mean split between user and system; None where the loop was too short for the
+    # kernel's tick samples to tell them apart.
+    user_us: float | None
+    system_us: float | None
+
+
+def _rusage_split() -> tuple[float, float]:
+    usage = resource.getrusage(resource.RUSAGE_THREAD)
+    return usage.ru_utime, usage.ru_stime
+
+
+def _split(cpu_us: float, user_s: float, system_s: float) -> tuple[float | None, float | None]:
+    """The precise CPU total, divided as the kernel's samples divide it. A running thread's
+    user and system times advance at scheduler ticks (1-10 ms), so a loop of cheap calls may
+    see no tick at all; its total comes from the thread's CPU clock, which is exact."""
+    sampled = user_s + system_s
+    if sampled <= 0:
+        return None, None
+    user_us = cpu_us * user_s / sampled
+    return user_us, max(0.0, cpu_us - user_us)
+
+
+def measure(call: Callable[[], Any], count: int) -> tuple[Measured | None, NVMLError | None]:
+    """Time `count` calls (stopping at the first NVML error); (None, error) if none answered."""
+    user0, system0 = _rusage_split()
+    cpu0 = time.thread_time()
+    walls: list[float] = []
+    failure: NVMLError | None = None
+    for _ in range(count):
+        start = time.perf_counter()
+        try:
+            call()
+        except NVMLError as exc:
+            failure = exc
+            break
+        walls.append((time.perf_counter() - start) * 1e6)
+    cpu1 = time.thread_time()
+    user1, system1 = _rusage_split()
+    if not walls:
+        return None, failure
+    # A failing call's own time is in the CPU figures; one call in a loop of hundreds.
+    calls = len(walls) + (failure is not None)
+    cpu_us = (cpu1 - cpu0) * 1e6 / calls
+    user_us, system_us = _split(cpu_us, user1 - user0, system1 - system0)
+    return Measured(tuple(walls), cpu_us, user_us, system_us), failure
+
+
+def _failed(measured: Measured | None, failure: NVMLError | None) -> str | None:
+    """The error to report: only where no call answered, since answers were then timed."""
+    if measured is not None:
+        return None
+    return error_name(failure) if failure is not None else "no calls made"
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:
@@ -164,39 +273,73 @@ def summarise(label: str, seconds: Sequence[float]) -> tuple[float, float]:
     return statistics.median(micro), percentile(micro, 0.95)
 
 
+# NVML functions
+
+
+@dataclass(frozen=True, slots=True)
+class CallTiming:
+    label: str
+    per_sweep: bool
+    calls: int
+    median_us: float | None
+    p95_us: float | None
+    simulated_us: float
+    error: str | None  # the NVML error name when the GPU refused the call
+    cpu_us: float | None = None  # mean CPU per call of the calling thread, user + system
+    user_us: float | None = None  # its split, where the kernel's samples tell
+    system_us: float | None = None
+    wall_us: tuple[float, ...] = ()  # every timed call, for merging a function's arguments
+
+    @property
+    def function(self) -> str:
+        return function_of(self.label)
+
+    @property
+    def ratio(self) -> float | None:
+        """Real over simulated: above 1 the simulator is optimistic."""
+        if self.median_us is None or not self.simulated_us:
+            return None
+        return self.median_us / self.simulated_us
+
+
+def _timing(spec: TimedCall, measured: Measured | None, error: str | None) -> CallTiming:
+    simulated = modelled_call_us(spec.label)
+    if measured is None:
+        return CallTiming(spec.label, spec.per_sweep, 0, None, None, simulated, error)
+    median, p95 = summarise(spec.label, [w / 1e6 for w in measured.wall_us])
+    return CallTiming(
+        spec.label,
+        spec.per_sweep,
+        len(measured.wall_us),
+        median,
+        p95,
+        simulated,
+        None,
+        measured.cpu_us,
+        measured.user_us,
+        measured.system_us,
+        measured.wall_us,
+    )
+
+
 def time_call(spec: TimedCall, handle: Any, repeats: int) -> CallTiming:
-    count = spec.repeats or repeats
     try:
         spec.call(handle)  # the first call may load a symbol or warm a cache: not timed
     except NVMLError as exc:
-        return CallTiming(
-            spec.label, spec.per_sweep, 0, None, None, spec.simulated_us, error_name(exc)
-        )
-    seconds: list[float] = []
-    for _ in range(count):
-        start = time.perf_counter()
-        try:
-            spec.call(handle)
-        except NVMLError as exc:
-            # A call that fails now and then is timed on its answers and named for its failure.
-            if not seconds:
-                return CallTiming(
-                    spec.label, spec.per_sweep, 0, None, None, spec.simulated_us, error_name(exc)
-                )
-            break
-        seconds.append(time.perf_counter() - start)
-    median, p95 = summarise(spec.label, seconds)
-    return CallTiming(spec.label, spec.per_sweep, count, median, p95, spec.simulated_us, None)
+        return _timing(spec, None, error_name(exc))
+    # A call that fails now and then is timed on its answers and named for its failure.
+    measured, failure = measure(lambda: spec.call(handle), spec.repeats or repeats)
+    return _timing(spec, measured, _failed(measured, failure))
 
 
 def time_gpm(handle: Any, repeats: int) -> list[CallTiming]:
     """nvmlGpmSampleGet and nvmlGpmMetricsGet, which need buffers the other calls do not."""
     try:
-        request = _gpm_pair(handle)
+        request = gpm_pair(handle)
     except NVMLError as exc:
         name = error_name(exc)
         return [
-            CallTiming(label, False, 0, None, None, SIM_CALL_US, name)
+            _timing(TimedCall(label, lambda h: None, False), None, name)
             for label in ("nvmlGpmSampleGet", "nvmlGpmMetricsGet")
         ]
     try:
@@ -221,23 +364,95 @@ def time_nvml_calls(repeats: int = 300) -> list[CallTiming]:
 
 def sweep_estimate(timings: Sequence[CallTiming]) -> tuple[float, float]:
     """(real, simulated) microseconds of one GPU's per-sweep calls made one after another: what
-    a one-GPU sweep costs in NVML, and what the simulator's flat model says it costs."""
+    a one-GPU sweep costs in NVML, and what the simulator's cost model says it costs."""
     ran = [t for t in timings if t.per_sweep and t.median_us is not None]
     return sum(t.median_us or 0.0 for t in ran), sum(t.simulated_us for t in ran)
 
 
+# Fields of the batch, one at a time
+
+
+def field_requests() -> list[FieldRequest]:
+    """What the exporter asks nvmlDeviceGetFieldValues for: the batch, each NVLink field on
+    link 0 (it asks per link), and the link count it asks for once per GPU."""
+    return [*_BATCH, *((field_id, 0) for field_id in NVLINK_FIELDS), NVLINK_LINK_COUNT]
+
+
+def field_name(field_id: int) -> str:
+    """pynvml's constant for a field id; the first defined where two share it."""
+    for name, value in vars(pynvml).items():
+        if name.startswith("NVML_FI_") and value == field_id:
+            return name
+    return f"field {field_id}"
+
+
+def return_name(code: int) -> str | None:
+    """None for success, else NVML's error name ("NOT_SUPPORTED")."""
+    if code == pynvml.NVML_SUCCESS:
+        return None
+    for name, value in vars(pynvml).items():
+        if name.startswith("NVML_ERROR_") and value == code:
+            return name.removeprefix("NVML_ERROR_")
+    return f"ERROR_{code}"
+
+
 @dataclass(frozen=True, slots=True)
-class ProcessUsage:
-    cpu_seconds: float
-    wall_seconds: float
-    rss_bytes: list[int]
-    peak_rss_bytes: int
+class FieldTiming:
+    field_id: int
+    scope: int | None  # the link, for per-link fields
+    name: str
+    calls: int
+    median_us: float | None
+    p95_us: float | None
+    cpu_us: float | None
+    user_us: float | None
+    system_us: float | None
+    simulated_us: float
+    # The field's own return code's name when it was not success (NOT_SUPPORTED), or the call's
+    # error when nvmlDeviceGetFieldValues itself failed.
+    nvml_return: str | None
 
     @property
-    def cpu_seconds_per_hour(self) -> float:
-        return self.cpu_seconds / self.wall_seconds * 3600 if self.wall_seconds > 0 else 0.0
+    def slow(self) -> bool:
+        return max(self.median_us or 0.0, self.cpu_us or 0.0) > SLOW_FIELD_US
 
-    @property
-    def steady_rss_mb(self) -> float:
-        """Median RSS: the start-up ramp and a scrape's brief peak do not move it."""
-        return statistics.median(self.rss_bytes) / 1e6 if self.rss_bytes else 0.0
+
+def time_field(handle: Any, request: FieldRequest, repeats: int) -> FieldTiming:
+    field_id = request[0] if isinstance(request, tuple) else request
+    scope = request[1] if isinstance(request, tuple) else None
+    name = field_name(field_id)
+    simulated = MEASURED.fields([request]).wall_us
+
+    def read() -> Any:
+        return pynvml.nvmlDeviceGetFieldValues(handle, [request])
+
+    try:
+        first = read()  # not timed, as for the calls: it may warm a cache
+    except NVMLError as exc:
+        empty = (None, None, None, None, None)
+        return FieldTiming(field_id, scope, name, 0, *empty, simulated, error_name(exc))
+    measured, failure = measure(read, repeats)
+    if measured is None:
+        empty = (None, None, None, None, None)
+        return FieldTiming(field_id, scope, name, 0, *empty, simulated, _failed(None, failure))
+    median, p95 = summarise(name, [w / 1e6 for w in measured.wall_us])
+    return FieldTiming(
+        field_id,
+        scope,
+        name,
+        len(measured.wall_us),
+        median,
+        p95,
+        measured.cpu_us,
+        measured.user_us,
+        measured.system_us,
+        simulated,
+        return_name(int(first[0].nvmlReturn)),
+    )
+
+
+def time_fields(repeats: int = 300) -> list[FieldTiming]:
+    """Each field the exporter batches, read alone on GPU 0, slowest first."""
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    timings = [time_field(handle, request, repeats) for request in field_requests()]
+    return sorted(timings, key=lambda t: -(t.median_us or 0.0))

@@ -3,8 +3,10 @@ exported utilization, power, SM clock, temperature and GPM activity answered it.
 
     python -m benchmarks.real_gpu.load SECONDS
 
-The child prints one line first, `backend=<torch|cupy|none> gpus=<n> note=<why>`, so the harness
-knows what load (if any) it got before it starts measuring.
+The child is started with the idle phase: it imports PyTorch (or CuPy), which can take a minute,
+without touching a GPU, then waits for a line on stdin. On that line it allocates its matrices,
+prints `backend=<torch|cupy|none> gpus=<n> note=<why>`, so the harness knows what load (if any)
+it got before it starts measuring, and multiplies for SECONDS.
 """
 
 from __future__ import annotations
@@ -141,6 +143,9 @@ def load_response(
 # The harness side
 
 
+PENDING = "pending"
+
+
 @dataclass
 class LoadGenerator:
     process: subprocess.Popen[str] | None
@@ -170,28 +175,39 @@ def parse_banner(line: str) -> tuple[str, int, str]:
     return fields["backend"], int(fields.get("gpus", "0") or 0), note.strip()
 
 
-def start_load(seconds: float, startup_timeout: float = 180.0) -> LoadGenerator:
-    """Start the child and wait for its banner; importing PyTorch alone can take a minute."""
+def prepare_load(seconds: float) -> LoadGenerator:
+    """Start the child importing its backend; `go` starts the load."""
     process = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.real_gpu.load", f"{seconds:.1f}"],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
     )
-    assert process.stdout is not None
+    return LoadGenerator(process, PENDING, 0, "not started")
+
+
+def go(generator: LoadGenerator, startup_timeout: float = 120.0) -> LoadGenerator:
+    """Tell the prepared child to start, and wait for its banner: what it loads, or why not."""
+    process = generator.process
+    if process is None or process.stdin is None or process.stdout is None:
+        return generator
+    try:
+        process.stdin.write("go\n")
+        process.stdin.close()
+    except OSError:
+        pass  # it exited already; its banner, if any, says why
     with selectors.DefaultSelector() as selector:
         selector.register(process.stdout, selectors.EVENT_READ)
         if not selector.select(startup_timeout):
-            generator = LoadGenerator(process, "none", 0, "load generator did not start in time")
             generator.stop()
-            return generator
+            return LoadGenerator(process, "none", 0, "load generator did not start in time")
     line = process.stdout.readline()
     try:
         backend, gpus, note = parse_banner(line)
     except ValueError as exc:
-        generator = LoadGenerator(process, "none", 0, str(exc))
         generator.stop()
-        return generator
+        return LoadGenerator(process, "none", 0, str(exc))
     if backend == "none":
         process.wait(10)
         return LoadGenerator(None, backend, 0, note)
@@ -269,19 +285,25 @@ def _cupy_usable() -> str | None:
     return None
 
 
+def _wait_for_go() -> bool:
+    """False when the harness went away without saying go."""
+    return bool(sys.stdin.readline())
+
+
 def child_main(argv: Sequence[str]) -> int:
     seconds = float(argv[0]) if argv else 60.0
-    deadline = time.monotonic() + seconds
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     torch_problem = _torch_usable()
+    cupy_problem = None if torch_problem is None else _cupy_usable()
+    if not _wait_for_go():
+        return 0
+    deadline = time.monotonic() + seconds
     if torch_problem is None:
         _torch_loop(deadline)
-        return 0
-    cupy_problem = _cupy_usable()
-    if cupy_problem is None:
+    elif cupy_problem is None:
         _cupy_loop(deadline)
-        return 0
-    _banner("none", 0, f"{torch_problem}; {cupy_problem}")
+    else:
+        _banner("none", 0, f"{torch_problem}; {cupy_problem}")
     return 0
 
 

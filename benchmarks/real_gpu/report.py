@@ -1,11 +1,13 @@
-"""The harness's two outputs: a markdown report of one run, and the device record (YAML) of the
-GPU model it ran on, read with pynvml. Neither carries serial numbers, UUIDs or host names."""
+"""The harness's outputs: a markdown report of one run (its summary, call timings and exporter
+figures are laid out in sections.py), the device record (YAML) of the GPU model it ran on, read
+with pynvml, and the cost table written beside them (costs.py). None carries serial numbers,
+UUIDs or host names."""
 
 from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,8 +16,12 @@ import pynvml
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from benchmarks.real_gpu.latency import README_FIGURES, SIM_CALL_US, CallTiming, ProcessUsage
+from benchmarks.real_gpu import sections
+from benchmarks.real_gpu.accounting import ProcessCheck
+from benchmarks.real_gpu.latency import CallTiming, FieldTiming
 from benchmarks.real_gpu.load import Response
+from benchmarks.real_gpu.markdown import fmt, table, verdict
+from benchmarks.real_gpu.usage import ProcessUsage
 from exporter.nvml.binding import NVMLError, error_name
 from exporter.nvml.mig_profile import profile_from_attributes
 
@@ -290,31 +296,52 @@ class RunReport:
     checks: dict[str, Sequence[Any]] = field(default_factory=dict)  # source -> Check rows
     responses: Sequence[Response] = ()
     unsupported: Sequence[Unsupported] = ()
+    processes: Sequence[ProcessCheck] = ()
+    # Why the process check could not run (no rows), or what to know about its rows.
+    processes_note: str = ""
     timings: Sequence[CallTiming] = ()
+    fields: Sequence[FieldTiming] = ()
     sweep_seconds: Sequence[float] = ()
     sweep_estimate_us: tuple[float, float] = (0.0, 0.0)
     scrape_seconds: Sequence[float] = ()
     usage: ProcessUsage | None = None
+    # nvitop-exporter over the same window as `usage`; None says why in nvitop_note.
+    nvitop: ProcessUsage | None = None
+    nvitop_note: str = ""
+    run_seconds: float | None = None
     notes: list[str] = field(default_factory=list)
 
 
-def _fmt(value: Any, digits: int = 2) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    return str(value)
-
-
-def _verdict(ok: bool | None) -> str:
-    return {True: "ok", False: "**FAIL**", None: "n/a"}[ok]
-
-
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+def failures(report: RunReport) -> list[str]:
+    """One line per failed check of any kind: the summary's list, and the exit status's count."""
+    lines = []
+    for source, checks in report.checks.items():
+        for c in checks:
+            if c.ok is False:
+                lines.append(
+                    f"{c.family} on {c.gpu} against {source}: exported {fmt(c.exported, 3)}, "
+                    f"reference {fmt(c.reference, 3)}, tolerance {fmt(c.tolerance, 3)}"
+                    + (f" ({c.note})" if c.note else "")
+                )
+    for r in report.responses:
+        if r.ok is False:
+            lines.append(
+                f"load response of {r.family} on {r.gpu}: idle {fmt(r.idle_mean)}, "
+                f"load {fmt(r.load_mean)}, rule {r.rule}" + (f" ({r.note})" if r.note else "")
+            )
+    for u in report.unsupported:
+        if not u.handled:
+            shown = "its families are exported" if not u.families_absent else ""
+            grew = f"errors grew by {u.errors_grew:g}" if u.errors_grew else ""
+            why = "; ".join(part for part in (shown, grew) if part)
+            lines.append(f"{u.function} answers {u.error} and the exporter did not cope: {why}")
+    for p in report.processes:
+        if p.ok is False:
+            lines.append(
+                f"process accounting on {p.gpu}: exported {fmt(p.exported_mib, 1)} MiB, "
+                f"reference {fmt(p.reference_mib, 1)} MiB ({p.reference})"
+                + (f"; {p.note}" if p.note else "")
+            )
     return lines
 
 
@@ -325,25 +352,16 @@ def _check_section(source: str, checks: Sequence[Any]) -> list[str]:
         (
             c.family,
             c.gpu,
-            _fmt(c.exported, 3),
-            _fmt(c.reference, 3),
-            _fmt(c.tolerance, 3),
-            _verdict(c.ok),
+            fmt(c.exported, 3),
+            fmt(c.reference, 3),
+            fmt(c.tolerance, 3),
+            verdict(c.ok),
             c.note or "",
         )
         for c in checks
     ]
     header = ("family", "GPU", "exported", "reference", "tolerance", "verdict", "note")
-    return [*lines, *_table(header, rows), ""]
-
-
-def _percentiles(seconds: Sequence[float]) -> tuple[float, float] | None:
-    from benchmarks.real_gpu.latency import summarise
-
-    if not seconds:
-        return None
-    median_us, p95_us = summarise("sample", seconds)
-    return median_us / 1e3, p95_us / 1e3
+    return [*lines, *table(header, rows), ""]
 
 
 def render(report: RunReport) -> str:
@@ -362,7 +380,8 @@ def render(report: RunReport) -> str:
             "the shapes (families, GPUs, identity) and the pipeline are checked."
         )
     lines += [f"- {note}" for note in report.notes]
-    lines += ["", "## Exported families against independent reads", ""]
+    lines += ["", *sections.summary(report, failures(report))]
+    lines += ["## Exported families against independent reads", ""]
     if not report.checks:
         lines += ["No reference source was read.", ""]
     for source, checks in report.checks.items():
@@ -376,13 +395,13 @@ def render(report: RunReport) -> str:
                 u.error,
                 ", ".join(u.families) or "-",
                 "absent" if u.families_absent else "**exported**",
-                _fmt(u.errors_grew, 0),
+                fmt(u.errors_grew, 0),
                 "yes" if u.handled else "**no**",
             )
             for u in report.unsupported
         ]
         header = ("function", "answer", "families", "series", "error growth", "handled")
-        lines += [*_table(header, rows), ""]
+        lines += [*table(header, rows), ""]
     else:
         lines += ["Every call answered.", ""]
 
@@ -391,114 +410,56 @@ def render(report: RunReport) -> str:
         (
             r.family,
             r.gpu,
-            _fmt(r.idle_mean),
-            _fmt(r.load_mean),
+            fmt(r.idle_mean),
+            fmt(r.load_mean),
             r.rule or "-",
-            _verdict(r.ok),
+            verdict(r.ok),
             r.note,
         )
         for r in report.responses
     ]
     header = ("family", "GPU", "idle mean", "load mean", "rule", "verdict", "note")
-    lines += [*_table(header, rows), ""]
+    lines += [*table(header, rows), ""]
 
-    lines += _timing_section(report)
+    lines += sections.processes(report)
+    lines += sections.calls(report)
+    lines += sections.fields(report)
+    lines += sections.exporter(report)
+    lines += sections.beside_nvitop(report)
     text = "\n".join(lines).rstrip() + "\n"
     refuse_identifiers(text, "the report")
     return text
 
 
-def _timing_section(report: RunReport) -> list[str]:
-    lines = ["## Timings", "", "### NVML calls on GPU 0", ""]
-    lines.append(
-        f"Simulator model: {SIM_CALL_US:g} µs per call, the PCIe sample window per direction."
-    )
-    lines.append("")
-    rows = [
-        (
-            t.label,
-            "sweep" if t.per_sweep else "identity / helper",
-            str(t.calls),
-            _fmt(t.median_us, 1),
-            _fmt(t.p95_us, 1),
-            _fmt(t.simulated_us, 0),
-            "-" if t.ratio is None else f"{t.ratio:.2f}x",
-            t.error or "",
-        )
-        for t in report.timings
-    ]
-    header = (
-        "function",
-        "when",
-        "calls",
-        "median µs",
-        "p95 µs",
-        "simulator µs",
-        "real/sim",
-        "error",
-    )
-    lines += [*_table(header, rows), ""]
-    real_us, sim_us = report.sweep_estimate_us
-    lines.append(
-        f"One GPU's per-sweep calls in a row: {real_us:,.0f} µs measured, "
-        f"{sim_us:,.0f} µs in the simulator's model."
-    )
-    lines.append("")
-    sweep = _percentiles(report.sweep_seconds)
-    scrape = _percentiles(report.scrape_seconds)
-    readme = README_FIGURES
-    rows2: list[tuple[str, str, str]] = []
-    if sweep:
-        rows2.append(
-            (
-                "sweep duration (exporter gauge) median / p95 ms",
-                f"{sweep[0]:.2f} / {sweep[1]:.2f}",
-                "-",
-            )
-        )
-    if scrape:
-        rows2.append(
-            (
-                "scrape latency (GET /metrics, 1 client) median / p95 ms",
-                f"{scrape[0]:.2f} / {scrape[1]:.2f}",
-                f"{readme['scrape_p50_ms']:.2f} / {readme['scrape_p99_ms']:.2f}"
-                " (p50 / p99, 16 clients)",
-            )
-        )
-    if report.usage is not None:
-        usage = report.usage
-        rows2.append(
-            (
-                "exporter CPU s/h (1 s interval here)",
-                f"{usage.cpu_seconds_per_hour:.1f}",
-                f"{readme['cpu_seconds_per_hour_at_5s']:g} (5 s interval)",
-            )
-        )
-        rows2.append(
-            (
-                "exporter RSS median / peak MB",
-                f"{usage.steady_rss_mb:.1f} / {usage.peak_rss_bytes / 1e6:.1f}",
-                f"{readme['steady_rss_mb']:g} steady",
-            )
-        )
-    lines += [
-        "### The exporter",
-        "",
-        *_table(("figure", "this run", "README (simulated one-GPU node)"), rows2),
-        "",
-    ]
-    return lines
+@dataclass(frozen=True, slots=True)
+class Written:
+    report: Path
+    record: Path
+    costs: Path
 
 
 def write_outputs(
-    out: Path, report: RunReport, record: dict[str, Any], record_header: str
-) -> tuple[Path, Path]:
+    out: Path,
+    report: RunReport,
+    record: dict[str, Any],
+    record_header: str,
+    costs_text: str,
+) -> Written:
+    """The report, the device record and the cost table, under names that share the model's
+    slug; every text is checked for identifiers before any file is written."""
     out.mkdir(parents=True, exist_ok=True)
     slug = model_slug(report.model_name)
-    markdown = out / f"real-gpu-{slug}.md"
-    record_path = out / f"device-record-{slug}.yaml"
-    markdown_text = render(report)
-    record_text = record_yaml(record, record_header)
-    markdown.write_text(markdown_text)
-    record_path.write_text(record_text)
-    return markdown, record_path
+    written = Written(
+        out / f"real-gpu-{slug}.md",
+        out / f"device-record-{slug}.yaml",
+        out / f"nvml-costs-{slug}.yaml",
+    )
+    texts = {
+        written.report: render(report),
+        written.record: record_yaml(record, record_header),
+        written.costs: costs_text,
+    }
+    refuse_identifiers(costs_text, "the cost table")
+    for path, text in texts.items():
+        path.write_text(text)
+    return written

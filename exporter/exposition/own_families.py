@@ -212,8 +212,8 @@ GPU_PROCESSES_UNATTRIBUTED = _own(
     "gpu_processes_unattributed",
     GAUGE,
     "Processes on this GPU or MIG instance not counted for any pod, by reason: host "
-    "(outside any pod), not_holder (a pod that does not hold the device), pid_not_visible, "
-    "exited, unknown_container.",
+    "(outside any pod), not_holder (a pod that does not hold the device), holder_unknown (a "
+    "pod's process with pod-resources off), pid_not_visible, exited, unknown_container.",
     (*POD_USAGE_LABELS[:5], "reason"),
 )
 

@@ -82,9 +82,11 @@ class Renderer:
         attribution = attribute(
             snapshot, context.pods, None if context.kube is None else context.kube.resource_slices
         )
+        # Process accounting stands on its own: without pod-resources every process is on its
+        # device's unattributed row, with the reason.
         usage = (
-            pod_usage(snapshot, attribution, context.kube)
-            if context.attribution_enabled and any(g.processes is not None for g in snapshot.gpus)
+            pod_usage(snapshot, attribution if context.attribution_enabled else None, context.kube)
+            if any(g.processes is not None for g in snapshot.gpus)
             else {}
         )
         entities = dcgm_entities(snapshot, self._labels, attribution, context.kube, usage)
@@ -101,6 +103,7 @@ class Renderer:
         if context.attribution_enabled:
             render_allocations(out, snapshot, attribution, context, self._labels)
             render_dra_unresolved(out, attribution, self._labels)
+        if usage:
             render_pod_usage(out, snapshot, usage, self._labels)
         render_source_health(out, context, self._labels)
         return out.text()

@@ -59,20 +59,26 @@ class ScrapeSchedule:
     def due_within(self, seconds: float) -> bool:
         """Whether a scrape may come in the next `seconds`. False while nobody scrapes: nothing
         is rendered for nobody, and the first scrape renders what it reads."""
+        wait = self.next_scrape_in()
+        return wait is not None and wait <= seconds
+
+    def next_scrape_in(self) -> float | None:
+        """Seconds until the earliest scrape expected (0: one may come any time, a scraper seen
+        once or too many to tell apart); None while nobody scrapes."""
         now = self._clock()
-        deadline = now + seconds
         with self._lock:
             self._forget_gone(now)
             if not self._scrapers:
-                return False
+                return None
             if len(self._scrapers) >= MAX_SCRAPERS:
-                return True
+                return 0.0
+            soonest = float("inf")
             for scraper in self._scrapers.values():
                 period = scraper.period()
-                # One scrape seen: its period is unknown, so it may come back any time.
-                if period is None or scraper.last + period <= deadline:
-                    return True
-            return False
+                if period is None:
+                    return 0.0
+                soonest = min(soonest, scraper.last + period - now)
+            return max(0.0, soonest)
 
     def _forget_gone(self, now: float) -> None:
         for address, scraper in list(self._scrapers.items()):

@@ -2,8 +2,10 @@
 
 Every value NVML has a field id for (ECC, energy, PCIe replays, NVLink, row remapping, memory
 temperature, board power) is fetched in a single `nvmlDeviceGetFieldValues` batch per GPU,
-checking each entry's own return code. Everything else uses the plain getters. The vGPU licence
-state changes on the scale of minutes, so it is read with the identity, not every sweep.
+checking each entry's own return code. The slow fields among them (SLOW_FIELDS: costly counters
+and rarely changing ones) join the batch only when scrape_cadence.py says they are due; in between,
+their last values stand. Everything else uses the plain getters. The vGPU licence state changes
+on the scale of minutes, so it is read with the identity, not every sweep.
 """
 
 from __future__ import annotations
@@ -19,21 +21,28 @@ import pynvml
 from exporter.nvml.guarded_calls import GuardedNvml, alt
 from exporter.nvml.nvlink_rate import NvlinkRate, NvlinkSample
 from exporter.nvml.struct_views import view
+from exporter.scrape_cadence import ScrapeCadence
 from exporter.snapshot import GpuIdentity, GpuReadings
 
-# NVML field id -> GpuReadings attribute, for the batched counters.
-BATCHED_FIELDS: dict[int, str] = {
+# NVML field id -> GpuReadings attribute, for the fields read at the slow fields' cadence
+# (scrape_cadence.py): the energy counter (4 ms of CPU per read on an H200), the PCIe replay counter
+# (150 µs), and ECC totals and row remapping, which change on the scale of hours.
+SLOW_FIELDS: dict[int, str] = {
     pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: "ecc_sbe_volatile",
     pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: "ecc_dbe_volatile",
     pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: "ecc_sbe_aggregate",
     pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: "ecc_dbe_aggregate",
-    pynvml.NVML_FI_DEV_MEMORY_TEMP: "memory_temperature_c",
     pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: "energy_mj",
     pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: "pcie_replay_count",
     pynvml.NVML_FI_DEV_REMAPPED_COR: "remapped_rows_correctable",
     pynvml.NVML_FI_DEV_REMAPPED_UNC: "remapped_rows_uncorrectable",
     pynvml.NVML_FI_DEV_REMAPPED_PENDING: "remapped_rows_pending",
     pynvml.NVML_FI_DEV_REMAPPED_FAILURE: "remapped_rows_failure",
+}
+# NVML field id -> GpuReadings attribute, for every single-scope field the batch carries.
+BATCHED_FIELDS: dict[int, str] = {
+    pynvml.NVML_FI_DEV_MEMORY_TEMP: "memory_temperature_c",
+    **SLOW_FIELDS,
 }
 # Board power as nvmlDeviceGetPowerUsage reports it: the 1 s average on Ampere (GA100 excepted)
 # and newer, the instantaneous draw on the others (docs/nvml.md, 'Power fields'). The batch asks
@@ -76,11 +85,20 @@ def _text(value: Any) -> str:
 _NVLINK_ATTRIBUTES = frozenset(NVLINK_FIELDS.values())
 
 
+# The batch's entries at the slow cadence: SLOW_FIELDS and the per-link NVLink counters (on an
+# 18-link GPU 36 entries, about 10 µs each on an H200); their rate is then the average since the
+# previous read, normally the time between two scrapes.
+_SLOW_ATTRIBUTES = frozenset(SLOW_FIELDS.values()) | _NVLINK_ATTRIBUTES
+# What a read without the slow fields takes from the last read with them.
+_KEPT = _SLOW_ATTRIBUTES | {"nvlink_kib_per_second", "power_limit_mw"}
+FieldRequest = int | tuple[int, int]
+
+
 @dataclass
 class _FieldPlan:
     """Which batched fields are worth asking this device for; shrinks as NVML says no."""
 
-    request: list[int | tuple[int, int]]
+    request: list[FieldRequest]
     attributes: list[str]
     # Per position, whether it is a per-link NVLink counter (worked out once, not per sweep).
     nvlink: list[bool] = field(init=False)
@@ -88,24 +106,55 @@ class _FieldPlan:
     def __post_init__(self) -> None:
         self.nvlink = [attribute in _NVLINK_ATTRIBUTES for attribute in self.attributes]
 
+    def without(self, refused: set[FieldRequest]) -> _FieldPlan:
+        keep = [i for i, entry in enumerate(self.request) if entry not in refused]
+        return _FieldPlan([self.request[i] for i in keep], [self.attributes[i] for i in keep])
+
+
+@dataclass
+class _FieldPlans:
+    """A device's batch with its slow fields (`full`) and without them (`fast`)."""
+
+    full: _FieldPlan
+    fast: _FieldPlan = field(init=False)
+
+    def __post_init__(self) -> None:
+        slow = {
+            entry
+            for entry, attribute in zip(self.full.request, self.full.attributes, strict=True)
+            if attribute in _SLOW_ATTRIBUTES
+        }
+        self.fast = self.full.without(slow)
+
 
 @dataclass
 class _Batch:
     """One field-value batch: summed values, and what the NVLink rate needs from it."""
 
     values: dict[str, int | float] = field(default_factory=dict)
+    # False: the call as a whole failed, so nothing in it counts as read.
+    answered: bool = True
     nvlink_ok: int = 0
     nvlink_failed: int = 0
     nvlink_timestamp_us: int = 0
 
 
 class DeviceReader:
-    def __init__(self, nvml: GuardedNvml, field_values_lock: threading.Lock) -> None:
+    def __init__(
+        self,
+        nvml: GuardedNvml,
+        field_values_lock: threading.Lock,
+        slow_fields: ScrapeCadence | None = None,
+    ) -> None:
         self._nvml = nvml
         # Serialised as DataDog does after an incident (datadog-agent #54821).
         self._field_values_lock = field_values_lock
-        self._plans: dict[str, _FieldPlan] = {}
-        # Guards the plans and the licence table, which the device workers and the sweep share.
+        # None: the slow fields are read with every sweep.
+        self._slow_cadence = slow_fields
+        self._plans: dict[str, _FieldPlans] = {}
+        # UUID -> the slow fields' values as last read, standing until the next read.
+        self._slow_values: dict[str, dict[str, int | float]] = {}
+        # Guards the plans and the per-UUID tables, which the device workers and the sweep share.
         self._plans_lock = threading.Lock()
         self._nvlink_rate = NvlinkRate()
         # UUID -> DCGM's VGPU_LICENSE_STATUS as of the last identity read (None: NVML failed).
@@ -153,9 +202,12 @@ class DeviceReader:
             dec = call(uuid, "decoder", "nvmlDeviceGetDecoderUtilization", handle)
             values["decoder_util_pct"] = None if dec is None else dec[0]
             values.update(self._memory(uuid, handle))
-        values["power_limit_mw"] = call(
-            uuid, "power_limit", "nvmlDeviceGetPowerManagementLimit", handle
-        )
+        with_slow = self._slow_due(uuid)
+        if with_slow:
+            # A setting, not a reading, and 85 µs a call on an H200: at the slow fields' cadence.
+            values["power_limit_mw"] = call(
+                uuid, "power_limit", "nvmlDeviceGetPowerManagementLimit", handle
+            )
         values["enforced_power_limit_mw"] = call(
             uuid, "enforced_power_limit", "nvmlDeviceGetEnforcedPowerLimit", handle
         )
@@ -173,7 +225,7 @@ class DeviceReader:
                 alt("nvmlDeviceGetCurrentClocksThrottleReasons", handle),
             ],
         )
-        batch = self._batched(uuid, handle)
+        batch = self._batched(uuid, handle, with_slow)
         batched = batch.values
         average, instant = (batched.pop(a, None) for a in _POWER_FIELDS.values())
         power = average if average is not None else instant
@@ -197,6 +249,7 @@ class DeviceReader:
                 ),
             )
         values.update(batched)
+        self._keep_slow(uuid, values, with_slow and batch.answered)
         with self._plans_lock:
             values["vgpu_license_status"] = self._licence.get(uuid)
         return GpuReadings(**{k: v for k, v in values.items() if v is not None})
@@ -228,8 +281,13 @@ class DeviceReader:
         )
         return memory_values(mem)
 
-    def _batched(self, uuid: str, handle: Any) -> _Batch:
-        plan = self._plan(uuid, handle)
+    def _slow_due(self, uuid: str) -> bool:
+        cadence = self._slow_cadence
+        return cadence is None or cadence.due(uuid)
+
+    def _batched(self, uuid: str, handle: Any, with_slow: bool) -> _Batch:
+        plans = self._plan(uuid, handle)
+        plan = plans.full if with_slow else plans.fast
         batch = _Batch()
         if not plan.request:
             return batch
@@ -238,6 +296,7 @@ class DeviceReader:
                 uuid, "field_values", "nvmlDeviceGetFieldValues", handle, plan.request
             )
         if entries is None:
+            batch.answered = False
             return batch
         out = batch.values
         refused: list[int] = []
@@ -266,17 +325,31 @@ class DeviceReader:
             int(newest_us),
         )
         if refused:
-            self._drop_from_plan(uuid, refused)
+            self._drop_from_plan(uuid, {plan.request[i] for i in refused})
             if any(plan.attributes[i] in _NVLINK_ATTRIBUTES for i in refused):
                 # Fewer links from now on: this sum is not comparable with the next one.
                 batch.nvlink_failed += 1
         return batch
 
-    def _plan(self, uuid: str, handle: Any) -> _FieldPlan:
+    def _keep_slow(self, uuid: str, values: dict[str, Any], read: bool) -> None:
+        """After a read with the slow fields, remember them; after one without, add them."""
+        if read:
+            fresh = {a: v for a, v in values.items() if a in _KEPT and v is not None}
+            with self._plans_lock:
+                self._slow_values[uuid] = fresh
+            if self._slow_cadence is not None:
+                self._slow_cadence.done(uuid)
+            return
         with self._plans_lock:
-            plan = self._plans.get(uuid)
-        if plan is not None:
-            return plan
+            kept = self._slow_values.get(uuid)
+        if kept:
+            values.update(kept)
+
+    def _plan(self, uuid: str, handle: Any) -> _FieldPlans:
+        with self._plans_lock:
+            plans = self._plans.get(uuid)
+        if plans is not None:
+            return plans
         fields = {**BATCHED_FIELDS, **_POWER_FIELDS}
         request: list[int | tuple[int, int]] = list(fields)
         attributes = list(fields.values())
@@ -284,10 +357,10 @@ class DeviceReader:
             for field_id, attribute in NVLINK_FIELDS.items():
                 request.append((field_id, link))
                 attributes.append(attribute)
-        plan = _FieldPlan(request, attributes)
+        plans = _FieldPlans(_FieldPlan(request, attributes))
         with self._plans_lock:
-            self._plans[uuid] = plan
-        return plan
+            self._plans[uuid] = plans
+        return plans
 
     def _nvlink_count(self, uuid: str, handle: Any) -> int:
         with self._field_values_lock:
@@ -303,57 +376,69 @@ class DeviceReader:
         count = field_value(entries[0])
         return int(count) if count else 0
 
-    def _drop_from_plan(self, uuid: str, positions: list[int]) -> None:
+    def _drop_from_plan(self, uuid: str, refused: set[FieldRequest]) -> None:
         with self._plans_lock:
-            plan = self._plans.get(uuid)
-            if plan is None:
-                return
-            keep = [i for i in range(len(plan.request)) if i not in set(positions)]
-            self._plans[uuid] = _FieldPlan(
-                [plan.request[i] for i in keep], [plan.attributes[i] for i in keep]
-            )
+            plans = self._plans.get(uuid)
+            if plans is not None:
+                self._plans[uuid] = _FieldPlans(plans.full.without(refused))
+
+    def _forget_slow(self, uuid: str | None) -> None:
+        """The counters may have restarted: read the slow fields in the next sweep."""
+        with self._plans_lock:
+            if uuid is None:
+                self._slow_values.clear()
+            else:
+                self._slow_values.pop(uuid, None)
+        if self._slow_cadence is not None:
+            self._slow_cadence.forget(uuid, everything=uuid is None)
 
     def forget(self, uuid: str) -> None:
         """The device was reconfigured (MIG mode) or replaced: ask it afresh."""
         with self._plans_lock:
             self._plans.pop(uuid, None)
+        self._forget_slow(uuid)
         self._nvlink_rate.forget(uuid)
 
     def lost(self, uuid: str) -> None:
         """The GPU fell off the bus: when it returns its counters may have restarted."""
+        self._forget_slow(uuid)
         self._nvlink_rate.forget(uuid)
 
     def retain(self, uuids: Iterable[str]) -> None:
         """Drop what is kept for GPUs that NVML no longer enumerates."""
         keep = set(uuids)
         with self._plans_lock:
-            for table in (self._plans, self._licence):
-                for uuid in [u for u in table if u not in keep]:
+            gone = {u for table in (self._plans, self._licence, self._slow_values) for u in table}
+            gone -= keep
+            for table in (self._plans, self._licence, self._slow_values):
+                for uuid in gone & table.keys():
                     del table[uuid]
+        for uuid in gone:
+            if self._slow_cadence is not None:
+                self._slow_cadence.forget(uuid)
         self._nvlink_rate.retain(keep)
 
     def invalidate(self) -> None:
         """NVML was shut down under us (driver unloaded or reloaded): counters may restart, and
         the licence is read again with the identities."""
         self._nvlink_rate.clear()
+        self._forget_slow(None)
         with self._plans_lock:
             self._licence.clear()
 
 
 def memory_values(mem: Any) -> dict[str, int]:
-    """Framebuffer figures with dcgm-exporter's meaning: used excludes the driver's reservation.
+    """Framebuffer figures as DCGM publishes them (docs/nvml.md, 'Framebuffer memory').
 
-    nvmlMemory_v2 counts the reservation inside `used`; v1 has no reservation field at all.
+    nvmlMemory_v2 splits the board into used + free + reserved, and DCGM's FB_USED is that `used`
+    unchanged, as nvidia-smi's "Used" is. v1 has no reservation field; its `used` is v2's used
+    plus the reservation, which is all a pre-R510 driver can tell.
     """
     if mem is None:
         return {}
     mem = view(mem)
+    values = {"fb_total_bytes": mem.total, "fb_used_bytes": mem.used, "fb_free_bytes": mem.free}
     reserved = getattr(mem, "reserved", None)
-    if reserved is None:
-        return {"fb_total_bytes": mem.total, "fb_used_bytes": mem.used, "fb_free_bytes": mem.free}
-    return {
-        "fb_total_bytes": mem.total,
-        "fb_used_bytes": max(0, mem.used - reserved),
-        "fb_free_bytes": mem.free,
-        "fb_reserved_bytes": reserved,
-    }
+    if reserved is not None:
+        values["fb_reserved_bytes"] = reserved
+    return values

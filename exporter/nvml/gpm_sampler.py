@@ -23,6 +23,7 @@ from exporter.nvml.binding import GPU_GONE, PERMANENTLY_UNAVAILABLE, NVMLError, 
 from exporter.nvml.guarded_calls import GuardedNvml
 from exporter.nvml.helper import LiveGpu, PeriodicHelper
 from exporter.nvml.struct_views import plain_type
+from exporter.scrape_cadence import ScrapeCadence
 from exporter.snapshot import GpuSnapshot, ProfilingReadings
 
 log = logging.getLogger(__name__)
@@ -88,9 +89,14 @@ class GpmSampler(PeriodicHelper):
     thread_name = "gpm-sampler"
     collector = "gpm"
 
-    def __init__(self, nvml: GuardedNvml, interval_seconds: float) -> None:
+    def __init__(
+        self, nvml: GuardedNvml, interval_seconds: float, cadence: ScrapeCadence | None = None
+    ) -> None:
         super().__init__(interval_seconds)
         self._nvml = nvml
+        # None: a sample every interval. Else a sample only when it says, just before a scrape:
+        # the metrics are then averages over the time between scrapes (scrape_cadence.py).
+        self._cadence = cadence
         self._targets: tuple[GpmTarget, ...] = ()
         self._lock = threading.Lock()  # guards the buffers against invalidate() and stop()
         self._buffers: dict[EntityKey, _Buffers] = {}
@@ -113,6 +119,8 @@ class GpmSampler(PeriodicHelper):
 
     def track(self, gpus: Sequence[LiveGpu]) -> None:
         self.sample(gpus)
+        if self._cadence is not None and set(gpus) - set(self._tracked):
+            self._cadence.forget()
         # A GPU new to us gets its first sample now, so its first metrics come one interval later.
         super().track(gpus)
 
@@ -146,6 +154,10 @@ class GpmSampler(PeriodicHelper):
     # One round
 
     def sample_once(self) -> None:
+        if self._cadence is not None:
+            if not self._cadence.due():
+                return
+            self._cadence.done()
         targets = self._targets
         round_ = _Round()
         with self._lock:

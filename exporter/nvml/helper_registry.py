@@ -15,6 +15,7 @@ from exporter.nvml.process_sampler import ProcessSampler
 from exporter.nvml.xid_watcher import XidWatcher
 from exporter.processes.host_pids import HostPidOwners
 from exporter.processes.owner import PidOwners
+from exporter.scrape_cadence import NextScrapeIn, helper_cadence
 
 
 def build_helpers(
@@ -25,13 +26,18 @@ def build_helpers(
     *,
     mig: MigReader | None = None,
     pid_owners: PidOwners | None = None,
+    next_scrape_in: NextScrapeIn | None = None,
 ) -> tuple[PollerHelper, ...]:
     """One line per helper: a new helper is its module plus a line here. The order is the order
     of the snapshot's `collectors`, which users see in the exposition.
 
     `mig` is the poller's MIG reader, whose cached topology holds the MIG device handles;
     `pid_owners` maps process accounting's PIDs to containers (by default from the host's /proc
-    and /var/log at the configured roots)."""
+    and /var/log at the configured roots); `next_scrape_in`, when the exposition expects its next
+    scrape, so that GPM samples just before one (without it, every interval)."""
+    gpm_cadence = (
+        None if next_scrape_in is None else helper_cadence(config.interval_seconds, next_scrape_in)
+    )
     helpers: list[PollerHelper | None] = [
         XidWatcher(
             tally,
@@ -42,7 +48,7 @@ def build_helpers(
         if config.xid_enabled
         else None,
         PcieSampler(nvml, config.pcie_interval_seconds) if config.pcie_enabled else None,
-        GpmSampler(nvml, config.interval_seconds) if config.gpm_enabled else None,
+        GpmSampler(nvml, config.interval_seconds, gpm_cadence) if config.gpm_enabled else None,
         ProcessSampler(
             nvml,
             mig or MigReader(nvml, config.mig_refresh_seconds),

@@ -30,6 +30,7 @@ from exporter.podresources.answer_bounds import (
 )
 from exporter.podresources.grpc_unary import RpcError, UnaryChannel
 from exporter.podresources.v1 import api_pb2
+from exporter.scrape_cadence import ScrapeCadence
 
 log = logging.getLogger(__name__)
 
@@ -130,10 +131,13 @@ class PodResourcesWatcher(BackgroundThread):
         interval_seconds: float,
         extra_resources: frozenset[str] = frozenset(),
         max_backoff_seconds: float = 60.0,
+        cadence: ScrapeCadence | None = None,
     ) -> None:
         super().__init__()
         self._client = client
         self._interval = interval_seconds
+        # None: list every interval; else only when it says (just before a scrape).
+        self._cadence = cadence
         self._extra = extra_resources
         self._max_backoff = max_backoff_seconds
         self._allocatable_unimplemented = False
@@ -159,9 +163,13 @@ class PodResourcesWatcher(BackgroundThread):
         backoff = Backoff(self._interval, self._max_backoff)
         while not self._stop.is_set():
             started = time.monotonic()
-            if self.refresh():
+            if self._cadence is not None and not self._cadence.due():
+                delay = self._interval
+            elif self.refresh():
                 backoff.succeeded()
                 delay = self._interval
+                if self._cadence is not None:
+                    self._cadence.done()
             else:
                 delay = backoff.failed()
             # A failed call is an outcome the loop handles; only an exception ends a round.

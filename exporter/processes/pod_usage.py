@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 # A process whose pod does not hold the device it runs on.
 NOT_HOLDER = "not_holder"
+# A process of a pod, with pod-resources off: nothing says which pod holds the device.
+HOLDER_UNKNOWN = "holder_unknown"
 
 DeviceKey = tuple[str, int | None]  # (GPU UUID, GPU-instance id or None)
 ContainerKey = tuple[str, str, str]  # (namespace, pod, container)
@@ -61,9 +63,14 @@ def _uid_index(kube: KubernetesView | None) -> dict[str, tuple[str, str]]:
 
 
 def pod_usage(
-    snapshot: NodeSnapshot, attribution: Attribution, kube: KubernetesView | None = None
+    snapshot: NodeSnapshot,
+    attribution: Attribution | None,
+    kube: KubernetesView | None = None,
 ) -> dict[DeviceKey, DeviceUsage]:
-    """Per device whose processes were read: each holding container's use, and the rest."""
+    """Per device whose processes were read: each holding container's use, and the rest.
+
+    `attribution` None: pod-resources is off, so no process counts for a pod; the processes of
+    pods are unattributed as HOLDER_UNKNOWN, the others with their own reason."""
     by_uid = _uid_index(kube)
     usage: dict[DeviceKey, DeviceUsage] = {}
     for gpu in snapshot.gpus:
@@ -83,7 +90,11 @@ def pod_usage(
             key = (uuid, process.gpu_instance_id if gpu.identity.mig_enabled else None)
             if key not in rows:
                 continue  # an instance destroyed since the topology was read
-            holders = {(h.namespace, h.pod) for h in attribution.for_device(*key)}
+            holders = (
+                None
+                if attribution is None
+                else {(h.namespace, h.pod) for h in attribution.for_device(*key)}
+            )
             container, reason = _owner_of(process, holders, by_uid)
             if container is None:
                 reasons[key][reason] += 1
@@ -96,12 +107,14 @@ def pod_usage(
 
 def _owner_of(
     process: GpuProcess,
-    holders: set[tuple[str, str]],
+    holders: set[tuple[str, str]] | None,
     by_uid: Mapping[str, tuple[str, str]],
 ) -> tuple[ContainerKey | None, str]:
     owner = process.owner
     if owner is None:
         return None, process.unattributed_reason or UNKNOWN_CONTAINER
+    if holders is None:
+        return None, HOLDER_UNKNOWN
     namespace, pod = owner.namespace, owner.pod
     if not pod:
         namespace, pod = by_uid.get(owner.pod_uid, ("", ""))

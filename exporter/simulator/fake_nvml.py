@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pynvml
 
 from exporter.simulator import gpm_model
+from exporter.simulator.call_costs import CHARGE_FLOOR_US, MEASURED, charge
 from exporter.simulator.faults import CallFaults
 from exporter.simulator.fleet import FleetSpec
 from exporter.simulator.precomputed_answers import PrecomputedAnswers
@@ -176,7 +177,8 @@ class FakeNvml:
         self._gpm_lock = threading.Lock()
         self._next_gpm_sample = 1
         self._saved: dict[str, Any] = {}
-        self.call_latency_s = fleet.call_latency_us / 1e6
+        # A flat sleep per call under `costs: flat`; measured costs are charged in _charged.
+        self.call_latency_s = fleet.call_latency_us / 1e6 if fleet.call_costs == "flat" else 0.0
         self.pcie_window_s = fleet.pcie_window_ms / 1e3
         # The node's GPU processes; None answers every process query with nothing running.
         self.processes: ProcessTable | None = None
@@ -205,7 +207,7 @@ class FakeNvml:
                 call = self._wrap(member, *meta)
                 if self.answers is not None:
                     call = self.answers.wrap(meta[0], call)
-                implemented[meta[0]] = call
+                implemented[meta[0]] = self._charged(meta[0], call)
         for name, original in vars(pynvml).items():
             if (
                 name.startswith("nvml")
@@ -232,6 +234,30 @@ class FakeNvml:
 
     def __exit__(self, *exc: object) -> None:
         self.uninstall()
+
+    def _charged(self, name: str, call: Callable) -> Callable:
+        """`call`, costing the caller what the real call costs (call_costs.py), whether its
+        answer is computed or replayed; as it is, under flat costs."""
+        if self.fleet.call_costs != "measured":
+            return call
+        if name == "nvmlDeviceGetFieldValues":
+            fields = MEASURED.fields
+
+            def charged_fields(*args: Any, **kwargs: Any) -> Any:
+                if len(args) > 1:
+                    charge(fields(args[1]))
+                return call(*args, **kwargs)
+
+            return functools.update_wrapper(charged_fields, call)
+        cost = MEASURED.call(name)
+        if max(cost.cpu_us, cost.wait_us) < CHARGE_FLOOR_US:
+            return call
+
+        def charged(*args: Any, **kwargs: Any) -> Any:
+            charge(cost)
+            return call(*args, **kwargs)
+
+        return functools.update_wrapper(charged, call)
 
     def _not_modelled(self, name: str) -> Callable:
         def not_modelled(*args: Any, **kwargs: Any) -> Any:
@@ -714,9 +740,11 @@ class FakeNvml:
             reserved = 0
         else:
             total, reserved, used, free = gpu.memory(t)
+        # v2 splits the board into used + free + reserved; v1, which has no reserved field,
+        # counts the reservation as used (docs/nvml.md, 'Framebuffer memory').
         if version:
             return pynvml.c_nvmlMemory_v2_t(
-                version=version, total=total, reserved=reserved, free=free, used=used + reserved
+                version=version, total=total, reserved=reserved, free=free, used=used
             )
         return pynvml.c_nvmlMemory_t(total=total, free=free, used=used + reserved)
 
@@ -991,8 +1019,8 @@ class FakeNvml:
     def nvmlDeviceGetGpuInstanceProfileInfo(
         self, gpu: SimGpu, instance: None, profile: int, version: int = 2
     ) -> Any:
-        if not gpu.mig_enabled:
-            raise pynvml.NVMLError_NotSupported()
+        # A MIG-capable board answers with MIG off too (seen on a real H200, driver 580); a
+        # board without MIG has no profile to match.
         match = next((p for p in gpu.model.mig_profiles if p.enum_index == profile), None)
         if match is None:
             raise pynvml.NVMLError_NotSupported()

@@ -4,7 +4,7 @@ so a mistake is reported as one line naming the offending field."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,9 @@ ALLOCATIONS = ("device-plugin", "dra")
 VGPU_LICENSES = ("licensed", "unlicensed")
 # How the simulated host's /proc/<pid>/cgroup names a container's cgroup: the kubelet's cgroup
 # driver, the container runtime, and the cgroup version (exporter/simulator/host_tree.py).
+# How simulated NVML calls cost the caller (exporter/simulator/call_costs.py): what a real GPU
+# charged per call, or one flat sleep per call (`latency.call_us`).
+CALL_COSTS = ("measured", "flat")
 CGROUP_LAYOUTS = (
     "systemd-containerd-v2",
     "systemd-crio-v2",
@@ -63,6 +66,8 @@ class FleetSpec:
     # nvmlGpuInstanceGetInfo: MIG placements), as for an exporter run as root with CAP_SYS_ADMIN.
     nvml_privileged: bool = False
     cgroup_layout: str = CGROUP_LAYOUTS[0]
+    # "measured": each call costs what it cost on a real GPU; "flat": call_latency_us each.
+    call_costs: str = CALL_COSTS[0]
 
     @property
     def driver_major(self) -> int:
@@ -182,7 +187,17 @@ class _Parser:
                 f'{small_yaml.shown(driver)} is not a driver version like "550.54.15" (quote it)',
             )
         seed = self._whole(top.get("seed", 1), "seed", 0, 2**31 - 1)
-        latency = self._mapping(top.get("latency", {}), "latency", {"call_us", "pcie_window_ms"})
+        latency = self._mapping(
+            top.get("latency", {}), "latency", {"costs", "call_us", "pcie_window_ms"}
+        )
+        costs = latency.get("costs", "flat" if "call_us" in latency else CALL_COSTS[0])
+        if costs not in CALL_COSTS:
+            raise self._fail(
+                "latency.costs",
+                f"{small_yaml.shown(costs)} is not one of {', '.join(CALL_COSTS)}",
+            )
+        if costs != "flat" and "call_us" in latency:
+            raise self._fail("latency.call_us", "applies only with costs: flat")
         call_us = self._number(latency.get("call_us", 100), "latency.call_us", 0, 1_000_000)
         pcie_ms = self._number(
             latency.get("pcie_window_ms", 20), "latency.pcie_window_ms", 0, 10_000
@@ -217,6 +232,7 @@ class _Parser:
             tuple(gpus),
             privileged,
             cgroup_layout=str(layout),
+            call_costs=str(costs),
         )
 
     def _allocation(self, value: Any, path: str) -> str:
@@ -230,7 +246,7 @@ class _Parser:
         gpu = self._mapping(
             entry,
             path,
-            {"model", "count", "workload", "ecc", "mig", "vgpu_license", "allocation"},
+            {"model", "count", "workload", "ecc", "mig", "vgpu_license", "allocation", "nvlink"},
         )
         model_name = gpu.get("model")
         model = find_model(model_name) if isinstance(model_name, str) else None
@@ -249,6 +265,13 @@ class _Parser:
         ecc = gpu.get("ecc", True)
         if not isinstance(ecc, bool):
             raise self._fail(f"{path}.ecc", f"expected true or false, got {_kind(ecc)}")
+        nvlink = gpu.get("nvlink", True)
+        if not isinstance(nvlink, bool):
+            raise self._fail(f"{path}.nvlink", f"expected true or false, got {_kind(nvlink)}")
+        if not nvlink:
+            # A board on its own (one GPU passed through to a virtual machine): NVML answers
+            # NOT_SUPPORTED for the link count and every link's counters.
+            model = replace(model, nvlink_links=0)
         vgpu_license = gpu.get("vgpu_license")
         if vgpu_license is not None and vgpu_license not in VGPU_LICENSES:
             raise self._fail(

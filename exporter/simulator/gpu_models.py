@@ -114,15 +114,16 @@ H100_80GB = GpuModel(
 )
 
 # Same GH100 die and slice geometry as the H100 SXM, with 141 GB of HBM3e: the SM counts and
-# placements match the H100's, the memory per profile is what `nvidia-smi mig -lgip` prints.
+# placements match the H100's. Memory per profile, the reservation and the idle draw are what a
+# real H200 answered (driver 580.159.04; benchmarks/results/device-record-nvidia-h200.yaml).
 H200 = GpuModel(
     key="H200-141GB-HBM3e",
     name="NVIDIA H200",
     pci_device_id=0x233510DE,
     memory_mib=143771,
-    reserved_mib=700,
+    reserved_mib=615,
     tdp_mw=700_000,
-    idle_power_mw=74_000,
+    idle_power_mw=82_000,
     architecture=ARCH_HOPPER,
     compute_capability=(9, 0),
     max_sm_clock_mhz=1980,
@@ -136,11 +137,11 @@ H200 = GpuModel(
         [
             ("1g.18gb", 19, 0, 7, 16384, 16, _ALL7, 1),
             ("1g.18gb+me", 20, 7, 1, 16384, 16, _ALL7, 1),
-            ("1g.35gb", 15, 9, 4, 33024, 26, (0, 2, 4, 6), 2),
-            ("2g.35gb", 14, 1, 3, 33024, 32, (0, 2, 4), 2),
-            ("3g.71gb", 9, 2, 2, 71168, 60, (0, 4), 4),
-            ("4g.71gb", 5, 3, 1, 71168, 64, (0,), 4),
-            ("7g.141gb", 0, 4, 1, 143104, 132, (0,), 8),
+            ("1g.35gb", 15, 9, 4, 33280, 26, (0, 2, 4, 6), 2),
+            ("2g.35gb", 14, 1, 3, 33280, 32, (0, 2, 4), 2),
+            ("3g.71gb", 9, 2, 2, 71424, 60, (0, 4), 4),
+            ("4g.71gb", 5, 3, 1, 71424, 64, (0,), 4),
+            ("7g.141gb", 0, 4, 1, 143360, 132, (0,), 8),
         ]
     ),
 )

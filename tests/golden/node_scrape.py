@@ -86,7 +86,13 @@ GOLDENS: tuple[Golden, ...] = (
 def scrape(golden: Golden) -> str:
     """The plain-text body a GET of the telemetry path answers."""
     with contextlib.ExitStack() as stack:
-        flags = [*golden.flags, f"--compat.dcgm-exporter={golden.dcgm.value}"]
+        flags = [
+            *golden.flags,
+            f"--compat.dcgm-exporter={golden.dcgm.value}",
+            # Every field in each of the scrape's few sweeps, so that rates such as NVLink's
+            # (two reads apart) are in the golden as on a node that has run for a while.
+            "--collector.slow-fields-interval=0s",
+        ]
         api = None
         if golden.kubernetes:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="golden-")))
