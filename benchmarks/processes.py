@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-_TICKS = os.sysconf("SC_CLK_TCK")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PROC = Path("/proc")
 
 
 def free_port() -> int:
@@ -57,19 +58,30 @@ class ProcSample:
     peak_rss_bytes: int  # VmHWM: the highest RSS since the process started
     threads: int
     fds: int
-    cpu_seconds: float  # user + system, all threads
+    # All threads'. Apart, because on a real GPU much of an exporter's CPU is kernel time inside
+    # NVML calls, which no user-space profile shows.
+    user_seconds: float
+    system_seconds: float
+
+    @property
+    def cpu_seconds(self) -> float:
+        return self.user_seconds + self.system_seconds
 
 
-def proc_sample(pid: int) -> ProcSample:
-    status = Path(f"/proc/{pid}/status").read_text()
-    # Fields 14 and 15 of /proc/PID/stat (utime, stime), counted after the parenthesised name.
-    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def proc_sample(pid: int, proc: Path = PROC) -> ProcSample:
+    folder = proc / str(pid)
+    status = (folder / "status").read_text()
+    # Fields 14 and 15 of /proc/PID/stat (utime, stime), counted after the command name, which
+    # may itself hold spaces and parentheses: field N is at N - 3 after its last ')'.
+    stat = (folder / "stat").read_text().rsplit(")", 1)[1].split()
+    fds = folder / "fd"
     return ProcSample(
         rss_bytes=_status_kb(status, "VmRSS") * 1024,
         peak_rss_bytes=_status_kb(status, "VmHWM") * 1024,
         threads=_status_kb(status, "Threads"),
-        fds=len(os.listdir(f"/proc/{pid}/fd")),
-        cpu_seconds=(int(stat[11]) + int(stat[12])) / _TICKS,
+        fds=len(os.listdir(fds)) if fds.is_dir() else 0,
+        user_seconds=int(stat[14 - 3]) / CLOCK_TICKS,
+        system_seconds=int(stat[15 - 3]) / CLOCK_TICKS,
     )
 
 

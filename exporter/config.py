@@ -40,8 +40,9 @@ class CollectionConfig:
     device_timeout_seconds: float = 10.0
     pcie_enabled: bool = True
     pcie_interval_seconds: float = 15.0
-    # The energy counter, PCIe replays, ECC totals and row remapping: at most this often, and
-    # only before a learnt scrape (scrape_cadence.py); 0 reads them every sweep.
+    # The energy counter, PCIe replays, ECC totals, row remapping, the NVLink counters and the
+    # power limit: at most this often, and only before a learnt scrape (scrape_cadence.py); 0
+    # reads them every sweep.
     slow_fields_interval_seconds: float = 10.0
     xid_enabled: bool = True
     # How soon the XID watcher retries registering for events after a driver reload. Not a flag:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.processes import CLOCK_TICKS, ProcSample, proc_sample
 from benchmarks.real_gpu import MIB, bus_id_key
 from benchmarks.real_gpu.accounting import (
     Observation,
@@ -19,7 +20,7 @@ from benchmarks.real_gpu.accounting import (
     unattributed_rows,
 )
 from benchmarks.real_gpu.independent import GpuProcesses, nvml_processes
-from benchmarks.real_gpu.usage import CLOCK_TICKS, ProcReading, read_proc, usage_between
+from benchmarks.real_gpu.usage import usage_between
 from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.processes import ProcessTable
@@ -248,19 +249,24 @@ def _fake_proc(root: Path, pid: int, utime: int, stime: int, rss_kib: int) -> No
 
 def test_user_and_system_cpu_are_fields_14_and_15_of_stat(tmp_path: Path) -> None:
     _fake_proc(tmp_path, 77, utime=250, stime=750, rss_kib=75_000)
-    reading = read_proc(77, proc=tmp_path)
-    assert reading == ProcReading(
+    reading = proc_sample(77, proc=tmp_path)
+    assert reading == ProcSample(
         user_seconds=250 / CLOCK_TICKS,
         system_seconds=750 / CLOCK_TICKS,
         rss_bytes=75_000 * 1024,
         peak_rss_bytes=75_100 * 1024,
+        threads=3,
+        fds=0,
     )
 
 
 def test_usage_is_the_difference_over_the_window() -> None:
-    first = ProcReading(1.0, 2.0, 70 * 10**6, 71 * 10**6)
-    middle = ProcReading(1.2, 3.0, 90 * 10**6, 91 * 10**6)
-    last = ProcReading(1.5, 6.0, 75 * 10**6, 91 * 10**6)
+    def sample(user: float, system: float, rss: int, peak: int) -> ProcSample:
+        return ProcSample(rss, peak, threads=3, fds=10, user_seconds=user, system_seconds=system)
+
+    first = sample(1.0, 2.0, 70 * 10**6, 71 * 10**6)
+    middle = sample(1.2, 3.0, 90 * 10**6, 91 * 10**6)
+    last = sample(1.5, 6.0, 75 * 10**6, 91 * 10**6)
     usage = usage_between([first, middle, last], wall_seconds=360.0)
     assert usage is not None
     assert (usage.user_seconds, usage.system_seconds) == pytest.approx((0.5, 4.0))
@@ -273,6 +279,6 @@ def test_usage_is_the_difference_over_the_window() -> None:
 def test_this_process_reads_from_the_real_proc() -> None:
     import os
 
-    reading = read_proc(os.getpid())
+    reading = proc_sample(os.getpid())
     assert reading.rss_bytes > 0 and reading.peak_rss_bytes >= reading.rss_bytes
     assert reading.user_seconds + reading.system_seconds > 0

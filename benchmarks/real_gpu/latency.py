@@ -21,6 +21,7 @@ from typing import Any
 
 import pynvml
 
+from benchmarks.real_gpu.independent import ERROR_NAMES
 from exporter.nvml import device_reader
 from exporter.nvml.binding import NVMLError, error_name
 from exporter.nvml.device_reader import (
@@ -390,10 +391,7 @@ def return_name(code: int) -> str | None:
     """None for success, else NVML's error name ("NOT_SUPPORTED")."""
     if code == pynvml.NVML_SUCCESS:
         return None
-    for name, value in vars(pynvml).items():
-        if name.startswith("NVML_ERROR_") and value == code:
-            return name.removeprefix("NVML_ERROR_")
-    return f"ERROR_{code}"
+    return ERROR_NAMES.get(code, f"ERROR_{code}")
 
 
 @dataclass(frozen=True, slots=True)

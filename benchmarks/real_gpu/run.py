@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 
 import pynvml
 
-from benchmarks.processes import REPO
+from benchmarks.processes import REPO, ProcSample, proc_sample
 from benchmarks.real_gpu import accounting, neighbour
 from benchmarks.real_gpu.costs import cost_header, cost_table, cost_yaml
 from benchmarks.real_gpu.independent import GpuProcesses
@@ -58,7 +58,7 @@ from benchmarks.real_gpu.report import (
     unsupported_handling,
     write_outputs,
 )
-from benchmarks.real_gpu.usage import ProcessUsage, ProcReading, read_proc, usage_between
+from benchmarks.real_gpu.usage import ProcessUsage, usage_between
 from exporter.nvml.binding import NVMLError, error_name
 
 PROG = "python -m benchmarks.real_gpu"
@@ -239,11 +239,11 @@ class Snapshot:
     scrape_seconds: float
     nvml: dict[str, Any]
     smi: dict[str, Any] | None
-    proc: ProcReading | None
+    proc: ProcSample | None
     processes: Mapping[str, GpuProcesses] = field(default_factory=dict)
     # nvidia-smi's compute apps, (bus id key, pid) -> MiB; None where not read.
     smi_apps: Mapping[tuple[str, int], float | None] | None = None
-    nvitop_proc: ProcReading | None = None
+    nvitop_proc: ProcSample | None = None
     taken: float = 0.0  # time.monotonic() when the exporter was scraped
 
 
@@ -282,7 +282,7 @@ class Sampler:
             taken,
         )
 
-    def _nvitop_reading(self) -> ProcReading | None:
+    def _nvitop_reading(self) -> ProcSample | None:
         """Its reading, after a scrape like the one ours just served, so both do the same
         work for the harness."""
         if self.nvitop is None or not self.nvitop.running or self.nvitop.process is None:
@@ -340,9 +340,9 @@ class Sampler:
             time.sleep(due - time.monotonic())
 
 
-def _proc(pid: int) -> ProcReading | None:
+def _proc(pid: int) -> ProcSample | None:
     try:
-        return read_proc(pid)
+        return proc_sample(pid)
     except (OSError, ValueError, IndexError):
         return None  # it exited between two readings
 

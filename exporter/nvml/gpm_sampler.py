@@ -119,10 +119,14 @@ class GpmSampler(PeriodicHelper):
 
     def track(self, gpus: Sequence[LiveGpu]) -> None:
         self.sample(gpus)
-        if self._cadence is not None and set(gpus) - set(self._tracked):
-            self._cadence.forget()
         # A GPU new to us gets its first sample now, so its first metrics come one interval later.
         super().track(gpus)
+
+    def wake(self) -> None:
+        """A round now, and a sample in it whatever the cadence says: a GPU is new to us."""
+        if self._cadence is not None:
+            self._cadence.forget()
+        super().wake()
 
     def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
         board, instances = self.latest(gpu.identity.uuid)
