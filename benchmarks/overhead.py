@@ -69,7 +69,11 @@ CORE_FLAGS = ("--no-podresources", "--no-collector.gpm", "--no-collector.xid")
 EXTRA_FLAGS = {
     "ours": (),
     "ours-core": CORE_FLAGS,
-    BEFORE: (*CORE_FLAGS, "--collector.slow-fields-interval=0s"),
+    BEFORE: (
+        *CORE_FLAGS,
+        "--collector.slow-fields-interval=0s",
+        "--collector.energy-read-interval=0s",
+    ),
 }
 MB = 1_000_000
 # The targets on the exporter's own cost with the production defaults: CPU at most 0.6 times

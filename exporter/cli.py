@@ -186,6 +186,16 @@ def build_parser() -> argparse.ArgumentParser:
         "period, only in the sweep before a scrape (default 10s; 0s reads them every sweep).",
     )
     add(
+        "--collector.energy-read-interval",
+        dest="energy_read_interval",
+        type=_positive("interval", 0, 3600),
+        default=60.0,
+        help="Read NVML's total energy counter (4 ms of kernel CPU per read on an H200) at most "
+        "this often, with the slow fields, and move the exported counter on by board power "
+        "between reads, so that it rises on every scrape (default 60s; 0s reads it with every "
+        "slow-field read and holds it in between).",
+    )
+    add(
         "--collector.xid",
         dest="xid",
         action=argparse.BooleanOptionalAction,
@@ -557,6 +567,7 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
         pcie_enabled=args.pcie,
         pcie_interval_seconds=args.pcie_interval,
         slow_fields_interval_seconds=args.slow_fields_interval,
+        energy_read_interval_seconds=args.energy_read_interval,
         xid_enabled=args.xid,
         gpm_enabled=args.gpm,
         mig_refresh_seconds=args.mig_refresh,

@@ -44,6 +44,10 @@ class CollectionConfig:
     # power limit: at most this often, and only before a learnt scrape (scrape_cadence.py); 0
     # reads them every sweep.
     slow_fields_interval_seconds: float = 10.0
+    # NVML's total energy counter is read at most this often (at the slow fields' sweeps) and
+    # carried forward by board power in between (nvml/energy_estimate.py); 0 reads it with the
+    # other slow fields and holds its value in between.
+    energy_read_interval_seconds: float = 60.0
     xid_enabled: bool = True
     # How soon the XID watcher retries registering for events after a driver reload. Not a flag:
     # only tests, which reload the driver many times, have a reason to change it.

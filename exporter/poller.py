@@ -26,6 +26,7 @@ from exporter.nvml.binding import GPU_GONE, NVMLError, error_name
 from exporter.nvml.clock_event_counts import ClockEventCounts
 from exporter.nvml.device_reader import DeviceReader
 from exporter.nvml.device_reads import DaemonWorkers, TurnTakingReads
+from exporter.nvml.energy_estimate import EnergyEstimates
 from exporter.nvml.error_tally import ErrorTally
 from exporter.nvml.guarded_calls import GuardedNvml
 from exporter.nvml.helper import LiveGpu, PollerHelper
@@ -88,7 +89,12 @@ class Poller(BackgroundThread):
             if config.slow_fields_interval_seconds > 0
             else None
         )
-        self._reader = DeviceReader(self._nvml, threading.Lock(), slow_fields)
+        energy = (
+            EnergyEstimates(config.energy_read_interval_seconds)
+            if config.energy_read_interval_seconds > 0
+            else None
+        )
+        self._reader = DeviceReader(self._nvml, threading.Lock(), slow_fields, energy)
         self._mig = MigReader(self._nvml, config.mig_refresh_seconds)
         self._clock_events = ClockEventCounts()
         # `extra_helpers` come after the registered ones, for tests and embedders. Process

@@ -34,6 +34,7 @@ FAST = CollectionConfig(
     # Every sweep: tests that inject an ECC error or step the energy counter read it back at once;
     # the cadence itself has its own tests (test_scrape_cadence.py).
     slow_fields_interval_seconds=0.0,
+    energy_read_interval_seconds=0.0,
 )
 LABELS = LabelConfig(node_name="node-a")
 

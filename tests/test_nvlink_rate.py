@@ -40,6 +40,7 @@ class SteppedNode:
                 pcie_enabled=False,
                 gpm_enabled=False,
                 slow_fields_interval_seconds=0.0,
+                energy_read_interval_seconds=0.0,
             ),
             lambda snapshot: None,
             helper_threads=False,

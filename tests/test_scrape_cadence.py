@@ -18,6 +18,7 @@ import pytest
 from exporter.cli import parse_config
 from exporter.exposition.scrape_schedule import ScrapeSchedule
 from exporter.nvml.device_reader import SLOW_FIELDS, DeviceReader
+from exporter.nvml.energy_estimate import EnergyEstimates
 from exporter.nvml.error_tally import ErrorTally
 from exporter.nvml.gpm_sampler import GpmSampler
 from exporter.nvml.guarded_calls import GuardedNvml
@@ -134,7 +135,13 @@ class Node:
     """One simulated GPU read by DeviceReader as the poller does, on a clock the test steps; every
     field-value request is recorded."""
 
-    def __init__(self, clock: Clock, schedule: ScrapeSchedule, interval: float) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        schedule: ScrapeSchedule,
+        interval: float,
+        energy: EnergyEstimates | None = None,
+    ) -> None:
         self.clock = clock
         self.sim = FakeNvml(quiet(default_fleet()), clock=clock).install()
         pynvml.nvmlInit()
@@ -149,7 +156,7 @@ class Node:
 
         pynvml.nvmlDeviceGetFieldValues = recorded
         cadence = ScrapeCadence(interval, 1.0, schedule.next_scrape_in, clock)
-        self.reader = DeviceReader(GuardedNvml(ErrorTally()), threading.Lock(), cadence)
+        self.reader = DeviceReader(GuardedNvml(ErrorTally()), threading.Lock(), cadence, energy)
         self.identity = self.reader.read_identity(0, self.handle)
 
     def sweep(self) -> GpuReadings:
@@ -163,8 +170,13 @@ class Node:
 def node_factory() -> Iterator[Callable[..., Node]]:
     nodes: list[Node] = []
 
-    def make(clock: Clock, schedule: ScrapeSchedule, interval: float = 10.0) -> Node:
-        nodes.append(Node(clock, schedule, interval))
+    def make(
+        clock: Clock,
+        schedule: ScrapeSchedule,
+        interval: float = 10.0,
+        energy: EnergyEstimates | None = None,
+    ) -> Node:
+        nodes.append(Node(clock, schedule, interval, energy))
         return nodes[-1]
 
     yield make
@@ -241,6 +253,57 @@ def test_with_no_cadence_every_sweep_reads_the_slow_fields(
         node.sweep()
         clock.now += 1.0
     assert node.energy_reads() == 3
+
+
+def test_with_the_estimate_energy_is_read_once_a_minute_and_tracks_the_counter(
+    node_factory: Callable[..., Node],
+) -> None:
+    """At a 1 s poll with 15 s scrapes for ten minutes: NVML's counter read about once a minute,
+    the exported counter rising on every scrape and never falling, within 3 % of the counter's
+    increase at each read (the simulated board's counter is the integral of its power, sampled
+    four times a second) and within 1 % over the ten minutes."""
+    clock = Clock()
+    schedule = ScrapeSchedule(clock)
+    energy = EnergyEstimates(60.0, clock)
+    node = node_factory(clock, schedule, energy=energy)
+    exported: list[int] = []
+    seen_by_scrapes: list[int] = []
+    for second in range(601):
+        if second % 15 == 0 and exported:
+            clock.now += 0.5
+            schedule.scraped("10.0.0.9")
+            seen_by_scrapes.append(exported[-1])
+            clock.now += 0.5
+        elif second:
+            clock.now += 1.0
+        readings = node.sweep()
+        assert readings.energy_mj is not None
+        exported.append(readings.energy_mj)
+        drift = energy.drift(node.identity.uuid)
+        assert drift is None or abs(drift) < 0.03, drift
+    assert 10 <= node.energy_reads() <= 1 + 600 // 60
+    assert all(later >= earlier for earlier, later in itertools.pairwise(exported))
+    assert all(later > earlier for earlier, later in itertools.pairwise(seen_by_scrapes))
+    board = node.sim.gpus[0].energy_mj(clock.now)
+    assert exported[-1] == pytest.approx(board, rel=0.01)
+    first_read = exported[0]
+    assert exported[-1] - first_read == pytest.approx(board - first_read, rel=0.01)
+    assert energy.drift(node.identity.uuid) is not None
+
+
+def test_a_driver_reload_reads_the_counter_at_once(node_factory: Callable[..., Node]) -> None:
+    clock = Clock()
+    node = node_factory(
+        clock, ScrapeSchedule(clock), interval=0.5, energy=EnergyEstimates(60.0, clock)
+    )
+    node.sweep()
+    clock.now += 1.0
+    node.sweep()
+    assert node.energy_reads() == 1
+    node.reader.invalidate()
+    clock.now += 1.0
+    node.sweep()
+    assert node.energy_reads() == 2
 
 
 # ---- GPM samples and pod-resources Lists, on their own threads ----

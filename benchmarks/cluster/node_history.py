@@ -113,9 +113,10 @@ def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
     poller = Poller(
         CollectionConfig(
             interval_seconds=step_seconds,
-            # Every field every step: the slow fields' cadence runs on the real clock, and this
-            # history steps a simulated one.
+            # Every field every step: the slow fields' cadence and the energy estimate run on
+            # the real clock, and this history steps a simulated one.
             slow_fields_interval_seconds=0.0,
+            energy_read_interval_seconds=0.0,
             xid_enabled=False,
             processes_enabled=True,
             proc_root=str(host.proc_root),

@@ -4,8 +4,9 @@ Every value NVML has a field id for (ECC, energy, PCIe replays, NVLink, row rema
 temperature, board power) is fetched in a single `nvmlDeviceGetFieldValues` batch per GPU,
 checking each entry's own return code. The slow fields among them (SLOW_FIELDS: costly counters
 and rarely changing ones) join the batch only when scrape_cadence.py says they are due; in between,
-their last values stand. Everything else uses the plain getters. The vGPU licence state changes
-on the scale of minutes, so it is read with the identity, not every sweep.
+their last values stand, except the energy counter, which board power carries forward between
+rarer reads (energy_estimate.py). Everything else uses the plain getters. The vGPU licence state
+changes on the scale of minutes, so it is read with the identity, not every sweep.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import pynvml
 
+from exporter.nvml.energy_estimate import EnergyEstimates
 from exporter.nvml.guarded_calls import GuardedNvml, alt
 from exporter.nvml.nvlink_rate import NvlinkRate, NvlinkSample
 from exporter.nvml.struct_views import view
@@ -91,6 +93,7 @@ _NVLINK_ATTRIBUTES = frozenset(NVLINK_FIELDS.values())
 _SLOW_ATTRIBUTES = frozenset(SLOW_FIELDS.values()) | _NVLINK_ATTRIBUTES
 # What a read without the slow fields takes from the last read with them.
 _KEPT = _SLOW_ATTRIBUTES | {"nvlink_kib_per_second", "power_limit_mw"}
+ENERGY_ATTRIBUTE = SLOW_FIELDS[pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION]
 FieldRequest = int | tuple[int, int]
 
 
@@ -113,18 +116,22 @@ class _FieldPlan:
 
 @dataclass
 class _FieldPlans:
-    """A device's batch with its slow fields (`full`) and without them (`fast`)."""
+    """A device's batch with its slow fields (`full`), with them but without the energy counter
+    (`slow`), and without any (`fast`)."""
 
     full: _FieldPlan
+    slow: _FieldPlan = field(init=False)
     fast: _FieldPlan = field(init=False)
 
     def __post_init__(self) -> None:
-        slow = {
-            entry
-            for entry, attribute in zip(self.full.request, self.full.attributes, strict=True)
-            if attribute in _SLOW_ATTRIBUTES
-        }
-        self.fast = self.full.without(slow)
+        pairs = list(zip(self.full.request, self.full.attributes, strict=True))
+        self.slow = self.full.without({e for e, a in pairs if a == ENERGY_ATTRIBUTE})
+        self.fast = self.full.without({e for e, a in pairs if a in _SLOW_ATTRIBUTES})
+
+    def pick(self, with_slow: bool, with_energy: bool) -> _FieldPlan:
+        if not with_slow:
+            return self.fast
+        return self.full if with_energy else self.slow
 
 
 @dataclass
@@ -145,12 +152,15 @@ class DeviceReader:
         nvml: GuardedNvml,
         field_values_lock: threading.Lock,
         slow_fields: ScrapeCadence | None = None,
+        energy: EnergyEstimates | None = None,
     ) -> None:
         self._nvml = nvml
         # Serialised as DataDog does after an incident (datadog-agent #54821).
         self._field_values_lock = field_values_lock
         # None: the slow fields are read with every sweep.
         self._slow_cadence = slow_fields
+        # None: the energy counter is read with the other slow fields, and stands in between.
+        self._energy = energy
         self._plans: dict[str, _FieldPlans] = {}
         # UUID -> the slow fields' values as last read, standing until the next read.
         self._slow_values: dict[str, dict[str, int | float]] = {}
@@ -225,7 +235,8 @@ class DeviceReader:
                 alt("nvmlDeviceGetCurrentClocksThrottleReasons", handle),
             ],
         )
-        batch = self._batched(uuid, handle, with_slow)
+        with_energy = with_slow and (self._energy is None or self._energy.read_due(uuid))
+        batch = self._batched(uuid, handle, with_slow, with_energy)
         batched = batch.values
         average, instant = (batched.pop(a, None) for a in _POWER_FIELDS.values())
         power = average if average is not None else instant
@@ -248,8 +259,11 @@ class DeviceReader:
                     monotonic_s=time.monotonic(),
                 ),
             )
+        energy_read = batched.pop(ENERGY_ATTRIBUTE, None) if self._energy is not None else None
         values.update(batched)
         self._keep_slow(uuid, values, with_slow and batch.answered)
+        if self._energy is not None:
+            values[ENERGY_ATTRIBUTE] = self._energy.update(uuid, power, energy_read)
         with self._plans_lock:
             values["vgpu_license_status"] = self._licence.get(uuid)
         return GpuReadings(**{k: v for k, v in values.items() if v is not None})
@@ -285,9 +299,8 @@ class DeviceReader:
         cadence = self._slow_cadence
         return cadence is None or cadence.due(uuid)
 
-    def _batched(self, uuid: str, handle: Any, with_slow: bool) -> _Batch:
-        plans = self._plan(uuid, handle)
-        plan = plans.full if with_slow else plans.fast
+    def _batched(self, uuid: str, handle: Any, with_slow: bool, with_energy: bool) -> _Batch:
+        plan = self._plan(uuid, handle).pick(with_slow, with_energy)
         batch = _Batch()
         if not plan.request:
             return batch
@@ -391,6 +404,8 @@ class DeviceReader:
                 self._slow_values.pop(uuid, None)
         if self._slow_cadence is not None:
             self._slow_cadence.forget(uuid, everything=uuid is None)
+        if self._energy is not None:
+            self._energy.want_read(uuid)
 
     def forget(self, uuid: str) -> None:
         """The device was reconfigured (MIG mode) or replaced: ask it afresh."""
@@ -416,6 +431,8 @@ class DeviceReader:
         for uuid in gone:
             if self._slow_cadence is not None:
                 self._slow_cadence.forget(uuid)
+        if self._energy is not None:
+            self._energy.retain(keep)
         self._nvlink_rate.retain(keep)
 
     def invalidate(self) -> None:

@@ -92,6 +92,7 @@ def scrape(golden: Golden) -> str:
             # Every field in each of the scrape's few sweeps, so that rates such as NVLink's
             # (two reads apart) are in the golden as on a node that has run for a while.
             "--collector.slow-fields-interval=0s",
+            "--collector.energy-read-interval=0s",
         ]
         api = None
         if golden.kubernetes:

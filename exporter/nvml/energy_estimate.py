@@ -1,0 +1,118 @@
+"""The total energy counter between two NVML reads of it, carried forward by board power.
+
+One read of NVML's total energy counter costs 4 ms of kernel CPU on an H200, more than the rest
+of a sweep, while board power costs 1.6 µs and is read every sweep anyway (docs/nvml.md,
+'Timing'). So the counter is read from NVML at most every `read_interval` and, in between, the
+exported value moves on by board power integrated over each sweep (trapezoids; NVML's board power
+is a 1 s average on Ampere and newer, so a 1 s poll covers every second). Each NVML read puts the
+estimate back on the counter itself, and remembers how far the estimate had drifted.
+
+The exported counter never goes backwards while NVML's does not: Prometheus takes any decrease
+for a restart and counts the whole new value as an increase. An estimate that ran ahead of the
+counter therefore holds until the counter passes it. NVML's counter falling below its previous
+read is a real restart (a driver reload), and the exported counter restarts with it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class _Track:
+    # NVML's counter at its last read, and when that was.
+    counter_mj: int
+    read_at: float
+    # Board power integrated since that read.
+    since_read_mj: float = 0.0
+    # The last power sample (None: the last sweep had none) and when it was taken.
+    power_mw: float | None = None
+    sampled_at: float = 0.0
+    exported_mj: int = 0
+    # Estimate minus counter, over the counter's increase, at the last read that could tell.
+    drift: float | None = None
+    # A read is wanted at the next chance (the GPU was reconfigured or came back).
+    read_wanted: bool = False
+
+
+class EnergyEstimates:
+    """Per GPU: the exported energy counter, and whether NVML's own is due to be read."""
+
+    def __init__(self, read_interval_seconds: float, clock: Callable[[], float] = time.monotonic):
+        self._interval = read_interval_seconds
+        self._clock = clock
+        self._tracks: dict[str, _Track] = {}
+        self._lock = threading.Lock()
+
+    def read_due(self, uuid: str) -> bool:
+        """Whether this sweep should read NVML's counter for `uuid` (if it reads slow fields)."""
+        with self._lock:
+            track = self._tracks.get(uuid)
+        if track is None or track.read_wanted or track.power_mw is None:
+            # Without a power sample to carry the counter, only a read moves it.
+            return True
+        return self._clock() - track.read_at >= self._interval
+
+    def update(self, uuid: str, power_mw: float | None, counter_mj: int | None) -> int | None:
+        """The counter to export after a sweep that sampled `power_mw` and, if it read NVML's
+        counter, got `counter_mj`; None until the counter has been read once."""
+        now = self._clock()
+        with self._lock:
+            track = self._tracks.get(uuid)
+            if (
+                track is not None
+                and track.power_mw is not None
+                and power_mw is not None
+                and now > track.sampled_at
+            ):
+                average = (power_mw + track.power_mw) / 2
+                track.since_read_mj += average * (now - track.sampled_at)
+            if counter_mj is not None:
+                # The read covers everything up to now, the integral just added included.
+                track = self._read(uuid, track, counter_mj, now)
+            if track is None:
+                return None
+            # No power this sweep: the integral starts again from the next sample or read.
+            track.power_mw = None if power_mw is None else float(power_mw)
+            track.sampled_at = now
+            estimate = track.counter_mj + int(track.since_read_mj)
+            track.exported_mj = max(track.exported_mj, estimate)
+            return track.exported_mj
+
+    def _read(self, uuid: str, track: _Track | None, counter_mj: int, now: float) -> _Track:
+        if track is None or counter_mj < track.counter_mj:
+            # First read, or NVML's counter restarted: so does ours.
+            fresh = _Track(counter_mj, now, exported_mj=counter_mj)
+            self._tracks[uuid] = fresh
+            return fresh
+        increase = counter_mj - track.counter_mj
+        if increase > 0 and track.power_mw is not None and not track.read_wanted:
+            track.drift = (track.since_read_mj - increase) / increase
+        track.counter_mj, track.read_at, track.since_read_mj = counter_mj, now, 0.0
+        track.read_wanted = False
+        return track
+
+    def drift(self, uuid: str) -> float | None:
+        """How far the estimate was from NVML's counter at the last read, as a fraction of what
+        the counter moved since the read before (+0.01: the estimate ran 1 % ahead)."""
+        with self._lock:
+            track = self._tracks.get(uuid)
+            return None if track is None else track.drift
+
+    def want_read(self, uuid: str | None) -> None:
+        """Read NVML's counter at the next chance (for every GPU with None): the GPU was
+        reconfigured, lost, or the driver reloaded. The exported value stays as a floor unless
+        the read shows a restart."""
+        with self._lock:
+            tracks = self._tracks.values() if uuid is None else [self._tracks.get(uuid)]
+            for track in tracks:
+                if track is not None:
+                    track.read_wanted = True
+
+    def retain(self, uuids: set[str]) -> None:
+        with self._lock:
+            for uuid in self._tracks.keys() - uuids:
+                del self._tracks[uuid]

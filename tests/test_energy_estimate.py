@@ -1,0 +1,137 @@
+"""The energy counter between NVML reads: carried by board power, put back on NVML's counter at
+each read, never falling unless NVML's own counter restarted."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from exporter.cli import parse_config
+from exporter.nvml.energy_estimate import EnergyEstimates
+
+GPU = "GPU-a"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 500.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def estimates(interval: float = 60.0) -> tuple[Clock, EnergyEstimates]:
+    clock = Clock()
+    return clock, EnergyEstimates(interval, clock)
+
+
+def test_nothing_is_exported_before_the_first_read() -> None:
+    _, energy = estimates()
+    assert energy.read_due(GPU)
+    assert energy.update(GPU, 300_000, None) is None
+    assert energy.update(GPU, 300_000, 1_000_000) == 1_000_000
+
+
+def test_between_reads_the_counter_moves_by_power_times_time() -> None:
+    clock, energy = estimates()
+    energy.update(GPU, 500_000, 7_000_000)  # 500 W
+    seen = []
+    for _ in range(59):
+        clock.now += 1.0
+        assert not energy.read_due(GPU)
+        seen.append(energy.update(GPU, 500_000, None))
+    # 500 W for 59 s is 29.5 kJ.
+    assert seen[-1] == 7_000_000 + 29_500_000
+    assert all(b - a == 500_000 for a, b in itertools.pairwise(seen))
+    clock.now += 1.0
+    assert energy.read_due(GPU)
+
+
+def test_power_changing_between_sweeps_counts_as_the_average_of_the_two_samples() -> None:
+    clock, energy = estimates()
+    energy.update(GPU, 100_000, 0)
+    clock.now += 5.0
+    # A 5 s poll, 100 W then 300 W: the trapezoid gives 200 W over the 5 s.
+    assert energy.update(GPU, 300_000, None) == 1_000_000
+
+
+def test_an_estimate_behind_the_counter_jumps_to_it_and_the_drift_is_negative() -> None:
+    clock, energy = estimates()
+    energy.update(GPU, 100_000, 0)
+    clock.now += 60.0
+    # The board drew 110 W on average where the samples said 100 W.
+    assert energy.update(GPU, 100_000, 6_600_000) == 6_600_000
+    assert energy.drift(GPU) == pytest.approx((6_000_000 - 6_600_000) / 6_600_000)
+
+
+def test_an_estimate_ahead_of_the_counter_holds_until_the_counter_passes_it() -> None:
+    """A counter that falls looks like a restart to Prometheus, which would then count its whole
+    value as an increase: so the exported counter waits instead."""
+    clock, energy = estimates()
+    energy.update(GPU, 100_000, 0)
+    for _ in range(59):
+        clock.now += 1.0
+        exported = energy.update(GPU, 100_000, None)
+    assert exported == 5_900_000
+    clock.now += 1.0
+    # NVML says 5.8 MJ where the samples said 6.0: the export stays at what it last showed.
+    assert energy.update(GPU, 100_000, 5_800_000) == 5_900_000
+    assert energy.drift(GPU) == pytest.approx(200_000 / 5_800_000)
+    clock.now += 0.5
+    assert energy.update(GPU, 100_000, None) == 5_900_000, "5.85 MJ carried is still below it"
+    clock.now += 1.0
+    assert energy.update(GPU, 100_000, None) == 5_950_000
+
+
+def test_a_counter_below_its_last_read_is_a_restart_and_the_export_restarts_with_it() -> None:
+    clock, energy = estimates()
+    energy.update(GPU, 100_000, 9_000_000)
+    clock.now += 60.0
+    assert energy.update(GPU, 100_000, 1_000) == 1_000
+    clock.now += 1.0
+    assert energy.update(GPU, 100_000, None) == 101_000
+
+
+def test_without_power_every_chance_reads_the_counter() -> None:
+    clock, energy = estimates()
+    energy.update(GPU, None, 1_000)
+    clock.now += 1.0
+    assert energy.read_due(GPU), "nothing else can move it"
+    assert energy.update(GPU, None, None) == 1_000
+    # Power back: the integral starts from that sample, not from the last read.
+    energy.update(GPU, 200_000, 2_000)
+    clock.now += 1.0
+    assert not energy.read_due(GPU)
+    assert energy.update(GPU, 200_000, None) == 202_000
+
+
+def test_a_wanted_read_keeps_the_exported_floor_and_measures_no_drift() -> None:
+    clock, energy = estimates()
+    energy.update(GPU, 100_000, 0)
+    clock.now += 10.0
+    assert energy.update(GPU, 100_000, None) == 1_000_000
+    energy.want_read(None)
+    assert energy.read_due(GPU)
+    # A MIG reconfiguration in between: the counter did not restart, only fell short of the
+    # estimate, so the export holds.
+    assert energy.update(GPU, 100_000, 900_000) == 1_000_000
+    assert energy.drift(GPU) is None
+    assert not energy.read_due(GPU)
+
+
+def test_each_gpu_keeps_its_own_counter_and_gone_gpus_are_dropped() -> None:
+    clock, energy = estimates()
+    energy.update("GPU-a", 100_000, 0)
+    energy.update("GPU-b", 400_000, 50)
+    clock.now += 1.0
+    assert energy.update("GPU-a", 100_000, None) == 100_000
+    assert energy.update("GPU-b", 400_000, None) == 400_050
+    energy.retain({"GPU-b"})
+    assert energy.update("GPU-a", 100_000, None) is None
+
+
+def test_the_flag_defaults_to_a_minute_and_zero_turns_the_estimate_off() -> None:
+    assert parse_config(["--simulate"]).collection.energy_read_interval_seconds == 60.0
+    config = parse_config(["--simulate", "--collector.energy-read-interval=0s"])
+    assert config.collection.energy_read_interval_seconds == 0.0
