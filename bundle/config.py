@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bundle.override_checks import CheckFailed, matchers
 from exporter import __version__
 from exporter.dcgm_compat import DEFAULT_VERSION, DcgmVersion, Profile, profile
 
@@ -213,10 +214,12 @@ class BundleConfig:
             value = getattr(self.selectors, name)
             if not value.strip():
                 raise BundleConfigError(f"selectors.{name} is empty: every query needs it")
-            if "{" in value or "}" in value:
-                raise BundleConfigError(
-                    f"selectors.{name} {value!r} must be matchers without braces"
-                )
+            # Parsed as PromQL parses matchers: a brace inside a regex (`{2}`) is fine, one
+            # around them or a string left open is not.
+            try:
+                matchers(f"selectors.{name}", value)
+            except CheckFailed as exc:
+                raise BundleConfigError(str(exc)) from None
         for name in ("whole_gpus", "mig_prefixes"):
             values = getattr(self.resources, name)
             # They are joined into a regex inside a PromQL string.

@@ -17,21 +17,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import types
 import typing
 from pathlib import Path
 from typing import Any
 
 from bundle.config import DEFAULT, BundleConfig, BundleConfigError
+from bundle.override_checks import CheckFailed, check_combination, check_value
 from exporter import small_yaml
 
 # An overrides file is a screenful; anything near this size is the wrong file.
 MAX_BYTES = 256 * 1024
-# Prometheus' duration syntax: the `for`, lookback and window values are pasted into rules as is,
-# so a typo would only surface when Prometheus refuses the generated file.
-_DURATION = re.compile(r"(?:\d+(?:ms|[smhdwy]))+")
-_DURATION_SECTIONS = ("thresholds",)
 
 
 class OverrideError(ValueError):
@@ -63,9 +59,11 @@ def apply(base: BundleConfig, document: Any) -> BundleConfig:
     changes = _changes(base, document, "")
     try:
         # Every top-level change at once, so __post_init__ checks the combination once.
-        return dataclasses.replace(base, **changes)
-    except BundleConfigError as exc:
+        config = dataclasses.replace(base, **changes)
+        check_combination(config)
+    except (BundleConfigError, CheckFailed) as exc:
         raise _Refused(str(exc)) from None
+    return config
 
 
 def _changes(current: Any, overrides: dict[Any, Any], prefix: str) -> dict[str, Any]:
@@ -77,6 +75,12 @@ def _changes(current: Any, overrides: dict[Any, Any], prefix: str) -> dict[str, 
         if key not in fields:
             raise _Refused(f"{path}: unknown key; known: {', '.join(fields)}")
         changes[key] = _value(getattr(current, key), hints[key], value, path)
+        if not dataclasses.is_dataclass(changes[key]):
+            # Each value is judged by what it will be pasted into (override_checks.py).
+            try:
+                check_value(path, changes[key])
+            except CheckFailed as exc:
+                raise _Refused(str(exc)) from None
     return changes
 
 
@@ -95,11 +99,7 @@ def _value(current: Any, hint: Any, value: Any, path: str) -> Any:
         return _mapping(current, args, value, path)
     if origin is tuple:
         return _sequence(args, value, path)
-    scalar = _scalar(hint, value, path)
-    in_durations = path.partition(".")[0] in _DURATION_SECTIONS
-    if in_durations and isinstance(scalar, str) and not _DURATION.fullmatch(scalar):
-        raise _Refused(f"{path}: {small_yaml.shown(scalar)} is not a duration such as 15m")
-    return scalar
+    return _scalar(hint, value, path)
 
 
 def _mapping(current: dict[str, Any], args: tuple[Any, ...], value: Any, path: str) -> Any:

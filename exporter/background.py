@@ -167,7 +167,18 @@ class BackgroundThread:
 
 class PeriodicSampler(BackgroundThread):
     """A helper thread that runs `sample_once()` every interval and reports, node_exporter-style,
-    whether its last round succeeded and how long it took."""
+    whether its last round succeeded and how long it took.
+
+    A round still running past its limit is overdue, and counts as failed until it ends: the
+    thread is alive and healthy, but stuck (a read that never returns), so its last data would
+    otherwise be shown as fresh for as long as it stays stuck. The limit is
+    `overdue_after_intervals` intervals, so that the data is never older than the snapshot's own
+    staleness limit (3 intervals) while reported good, and at least `overdue_floor_seconds`, so
+    that a short interval does not call a round slow that merely met a busy driver (the same
+    10 s as a GPU read's default deadline)."""
+
+    overdue_after_intervals = 2.0
+    overdue_floor_seconds = 10.0
 
     def __init__(self, interval_seconds: float) -> None:
         super().__init__()
@@ -176,11 +187,44 @@ class PeriodicSampler(BackgroundThread):
         self.last_success = True
         self.last_duration_seconds = 0.0
         self.rounds = 0  # completed by the thread; a test or an owner may wait on it
+        # Monotonic start of the thread's round in progress; None between rounds.
+        self._round_started_at: float | None = None
+        # The start of the overdue round already logged, so that it is logged once.
+        self._overdue_logged: float | None = None
+
+    @property
+    def overdue_limit_seconds(self) -> float:
+        return max(self.overdue_after_intervals * self._interval, self.overdue_floor_seconds)
+
+    def overdue_seconds(self) -> float | None:
+        """How long the round in progress has run, when that is past its limit; else None."""
+        started = self._round_started_at
+        if started is None:
+            return None
+        running = time.monotonic() - started
+        return running if running > self.overdue_limit_seconds else None
 
     @property
     def round_succeeded(self) -> bool:
-        """The last round's outcome, and never success while the thread is crashed or gone."""
-        return self.last_success and self.thread_healthy
+        """The last round's outcome, and never success while the thread is crashed or gone, or
+        while a round is overdue (logged once per such round)."""
+        overdue = self.overdue_seconds()
+        if overdue is not None and self._overdue_logged != self._round_started_at:
+            self._overdue_logged = self._round_started_at
+            log.warning(
+                "%s: a round has run for %.1fs, past its %.1fs limit; its collector reads "
+                "failed until the round ends",
+                self.thread_name,
+                overdue,
+                self.overdue_limit_seconds,
+            )
+        return self.last_success and self.thread_healthy and overdue is None
+
+    @property
+    def reported_duration_seconds(self) -> float:
+        """The last round's duration, or, while a round is overdue, how long it has run."""
+        overdue = self.overdue_seconds()
+        return self.last_duration_seconds if overdue is None else overdue
 
     def wake(self) -> None:
         """Run the next round now instead of at the end of the interval; the interval restarts
@@ -197,8 +241,18 @@ class PeriodicSampler(BackgroundThread):
             started = time.monotonic()
             # Cleared before the round: a wake() that lands during it asks for one more.
             self._wake.clear()
-            self.sample_once()
+            self._round_started_at = started
+            try:
+                self.sample_once()
+            finally:
+                self._round_started_at = None
             self.last_duration_seconds = time.monotonic() - started
+            if self._overdue_logged == started:
+                log.info(
+                    "%s: the overdue round ended after %.1fs",
+                    self.thread_name,
+                    self.last_duration_seconds,
+                )
             self.rounds += 1
             self._progressed()
             self._wake.wait(max(0.0, self._interval - self.last_duration_seconds))

@@ -147,6 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
         "closes the oldest idle one, so slow or stuck clients cannot lock Prometheus out.",
     )
     add(
+        "--web.max-connections-per-address",
+        dest="max_connections_per_address",
+        type=_count(1, 1_000_000),
+        default=None,
+        metavar="N",
+        help="At most this many open HTTP connections from one client address, an IPv6 /64 "
+        "(default 64, or a quarter of a smaller --web.max-connections); past it, that "
+        "address's new connection closes its own oldest idle one, never another client's.",
+    )
+    add(
         "--collector.interval",
         dest="interval",
         type=_positive("interval", 0.1, 3600),
@@ -588,6 +598,7 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
         listen_address=args.listen_address,
         telemetry_path=args.telemetry_path,
         max_connections=args.max_connections,
+        max_connections_per_address=args.max_connections_per_address,
         stale_after_seconds=args.stale_after or 3 * args.interval,
         health_max_age_seconds=max(args.health_max_age, 2 * args.interval),
     )

@@ -100,6 +100,9 @@ class WebConfig:
     health_max_age_seconds: float = 60.0
     # Past this many open connections, a new one closes the oldest idle one (slowloris, leaks).
     max_connections: int = 512
+    # One client address (an IPv6 /64) may hold this many of them; None: connection_guard.py's
+    # default (64, or a quarter of a smaller max_connections).
+    max_connections_per_address: int | None = None
     # TLS, client certificates and basic auth from --web.config.file; None: plain HTTP, open.
     security: WebSecurity | None = None
 

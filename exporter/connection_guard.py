@@ -8,6 +8,11 @@ What aiohttp does not bound, this module does:
   descriptors, and then accept() fails for Prometheus too. Past `max_connections`, a new
   connection closes the oldest one still in its TLS handshake, else the oldest one that is not in
   the middle of a request; Prometheus, which connects and asks at once, always gets in.
+- How many of them one client address holds (an IPv6 /64 is one address). Without this, one
+  address opening new connections without pause pushed everyone else's idle ones out through
+  the shared cap, Prometheus' kept-alive connection between two scrapes among them. Past
+  `max_per_address`, a new connection closes the oldest handshaking, else idle, connection of its
+  own address, never another's, so a flood churns only itself.
 - How long a TLS handshake may take (`HANDSHAKE_SECONDS`). asyncio's own TLS server hands a
   connection to aiohttp only once its handshake is done, so a client that never finished one held
   a descriptor that nothing counted or timed out; here the handshake runs under the guard.
@@ -27,12 +32,13 @@ import logging
 import resource
 import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from exporter.client_address import client_key
 from exporter.snapshot import ConnectionCounts
 
 log = logging.getLogger(__name__)
@@ -45,6 +51,11 @@ HANDSHAKE_SECONDS = 5.0
 # A scrape's request line and headers are a few hundred bytes, with basic auth under 1 KiB. At the
 # default cap of 512 connections, this keeps what clients can make the parser hold to about 20 MB.
 MAX_UNANSWERED_BYTES = 16 * 1024
+# Prometheus keeps one connection per target, an HA pair two, a browser six, a proxy sidecar in
+# front of the exporter (kube-rbac-proxy) a few for all its clients: 64 is many times that, and an
+# eighth of the default cap, so eight addresses at least are needed to fill it. The cap is lowered
+# to a quarter of a smaller `max_connections`, so one address never fills the shared one alone.
+MAX_PER_ADDRESS = 64
 # File descriptors kept for what is not an HTTP connection: NVML, gRPC, logs, the API client.
 RESERVED_FDS = 64
 # Once this many connections were open together and three quarters of them have closed, freed
@@ -103,21 +114,38 @@ def connection_cap(wanted: int, open_file_limit: int) -> int:
     return wanted
 
 
-class ConnectionGuard:
-    """Counts the open connections of one listener, TLS handshakes included, and evicts past the
-    cap; its connections come from `protocol_factory` (plain HTTP) or `accept_tls`."""
+def per_address_cap(max_connections: int, wanted: int | None = None) -> int:
+    """`wanted`, at most `max_connections`; by default MAX_PER_ADDRESS, at most a quarter of it."""
+    if wanted is None:
+        return min(MAX_PER_ADDRESS, max(1, max_connections // 4))
+    return min(wanted, max_connections)
 
-    def __init__(self, max_connections: int) -> None:
+
+class ConnectionGuard:
+    """Counts the open connections of one listener, TLS handshakes included, in all and per
+    client address, and evicts past either cap; its connections come from `protocol_factory`
+    (plain HTTP) or `accept_tls`."""
+
+    def __init__(self, max_connections: int, max_per_address: int | None = None) -> None:
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
+        if max_per_address is not None and max_per_address < 1:
+            raise ValueError("max_per_address must be at least 1")
         self.max_connections = max_connections
+        self.max_per_address = per_address_cap(max_connections, max_per_address)
+        # Both caps' evictions; each cap's own count only spaces out its log lines.
         self.evicted = 0
+        self._evicted_shared = 0
+        self._evicted_per_address = 0
         self._peak = 0
         self._trim: asyncio.TimerHandle | None = None
         # Insertion order is age order: the first entry that may go is the one to evict.
         self._handshaking: dict[TlsHandshake, TlsHandshake] = {}
         self._open: dict[RequestHandler, asyncio.Transport] = {}
         self._busy: set[RequestHandler] = set()
+        # Each client address's connections, oldest first, and the address of each connection.
+        self._clients: dict[str, dict[TlsHandshake | RequestHandler, None]] = {}
+        self._client_of: dict[TlsHandshake | RequestHandler, str] = {}
         # The event loop keeps only weak references to tasks.
         self._handshake_tasks: set[asyncio.Task[None]] = set()
 
@@ -150,7 +178,7 @@ class ConnectionGuard:
 
         while True:
             try:
-                sock, _ = await loop.sock_accept(listener)
+                sock, peer = await loop.sock_accept(listener)
             except OSError as exc:
                 if exc.errno not in _OUT_OF_RESOURCES:
                     log.debug("accept() failed: %s", exc)
@@ -162,6 +190,7 @@ class ConnectionGuard:
                 continue
             handshake = TlsHandshake(self, sock)
             self._handshaking[handshake] = handshake
+            self._join(handshake, peer)
             self._check_cap(handshake)
             self._track(loop.create_task(handshake.run(make_handler, context)))
 
@@ -195,10 +224,28 @@ class ConnectionGuard:
     def _handed_over(self, handshake: TlsHandshake) -> None:
         # Moved, not closed: the count stays the same, so nothing is evicted or trimmed for it.
         self._handshaking.pop(handshake, None)
+        self._leave(handshake)
 
     def _handshake_ended(self, handshake: TlsHandshake) -> None:
+        self._leave(handshake)
         if self._handshaking.pop(handshake, None) is not None:
             self._connection_ended()
+
+    def _join(self, connection: TlsHandshake | RequestHandler, peer: Any) -> None:
+        # The peer is (host, port) or, for IPv6, (host, port, flowinfo, scope_id).
+        host = peer[0] if isinstance(peer, tuple) and peer else None
+        client = client_key(host if isinstance(host, str) else None)
+        self._client_of[connection] = client
+        self._clients.setdefault(client, {})[connection] = None
+
+    def _leave(self, connection: TlsHandshake | RequestHandler) -> None:
+        client = self._client_of.pop(connection, None)
+        if client is None:
+            return
+        group = self._clients[client]
+        group.pop(connection, None)
+        if not group:
+            del self._clients[client]
 
     def _track(self, task: asyncio.Task[None]) -> None:
         self._handshake_tasks.add(task)
@@ -206,11 +253,13 @@ class ConnectionGuard:
 
     def _opened(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
         self._open[handler] = transport
+        self._join(handler, transport.get_extra_info("peername"))
         self._check_cap(handler)
 
     def _closed(self, handler: RequestHandler) -> None:
         self._open.pop(handler, None)
         self._busy.discard(handler)
+        self._leave(handler)
         self._connection_ended()
 
     def _connection_ended(self) -> None:
@@ -231,32 +280,66 @@ class ConnectionGuard:
     def _check_cap(self, newcomer: TlsHandshake | RequestHandler) -> None:
         now = len(self._open) + len(self._handshaking)
         self._peak = max(self._peak, now)
+        client = self._client_of[newcomer]
+        own = self._clients[client]
+        if len(own) > self.max_per_address:
+            # Checked first, so an address over its share makes room among its own connections
+            # before the shared cap would take someone else's.
+            victim = self._victim(
+                (c for c in own if isinstance(c, TlsHandshake)),
+                (c for c in own if not isinstance(c, TlsHandshake)),
+                newcomer,
+            )
+            self._evict(victim)
+            self._evicted_per_address += 1
+            if self._evicted_per_address == 1 or self._evicted_per_address % 1000 == 0:
+                log.warning(
+                    "%d connections open from %s, the most one address may hold; closed its "
+                    "oldest idle or handshaking one (%d closed so far for this cap)",
+                    self.max_per_address,
+                    client or "an unknown address",
+                    self._evicted_per_address,
+                )
+            if victim is newcomer:
+                return
+            now -= 1
         if now <= self.max_connections:
             return
-        # A stalled handshake goes first: it has sent nothing a scrape could be waiting on.
-        victim: TlsHandshake | RequestHandler | None = next(
-            (h for h in self._handshaking if h is not newcomer), None
-        )
-        if victim is None:
-            victim = next(
-                (h for h in self._open if h is not newcomer and h not in self._busy), None
+        self._evict(self._victim(self._handshaking, self._open, newcomer))
+        self._evicted_shared += 1
+        if self._evicted_shared == 1 or self._evicted_shared % 1000 == 0:
+            log.warning(
+                "%d connections open, the cap (--web.max-connections); closed the oldest idle "
+                "or handshaking one (%d closed so far for this cap)",
+                self.max_connections,
+                self._evicted_shared,
             )
-        if victim is None:
-            # Every other connection is mid-request; the newcomer is the one to refuse.
-            victim = newcomer
+
+    def _victim(
+        self,
+        handshakes: Iterable[TlsHandshake | RequestHandler],
+        opened: Iterable[TlsHandshake | RequestHandler],
+        newcomer: TlsHandshake | RequestHandler,
+    ) -> TlsHandshake | RequestHandler:
+        """Of `handshakes` and `opened` (each oldest first), the one a newcomer closes."""
+        # A stalled handshake goes first: it has sent nothing a scrape could be waiting on.
+        for connection in handshakes:
+            if connection is not newcomer:
+                return connection
+        for connection in opened:
+            if connection is not newcomer and connection not in self._busy:
+                return connection
+        # Every other connection is mid-request; the newcomer is the one to refuse.
+        return newcomer
+
+    def _evict(self, victim: TlsHandshake | RequestHandler) -> None:
         transport = (
             self._handshaking.pop(victim)
             if isinstance(victim, TlsHandshake)
             else self._open.pop(victim)
         )
+        self._leave(victim)
         self.evicted += 1
-        if self.evicted == 1 or self.evicted % 1000 == 0:
-            log.warning(
-                "%d connections open, the cap (--web.max-connections); closed the oldest idle "
-                "or handshaking one (%d closed so far)",
-                self.max_connections,
-                self.evicted,
-            )
         # abort(), not close(): an idle or stalled client gets no goodbye, and its descriptor
         # is free at once instead of after a TLS shutdown it may never answer.
         transport.abort()

@@ -36,12 +36,32 @@ def read_password(stdin: TextIO, prompt: Callable[[str], str] = getpass.getpass)
             raise PasswordError("the two passwords differ")
         return first
     # Bounded: a stray `< /dev/zero` must not fill memory.
-    line = stdin.readline(4 * MAX_PASSWORD_BYTES + 2)
+    limit = 4 * MAX_PASSWORD_BYTES + 2
+    raw = getattr(stdin, "buffer", None)
+    if raw is None:  # a text stream with no bytes beneath it
+        line = stdin.readline(limit)
+    else:
+        # Decoded here, strictly: the text layer would turn bytes that are not UTF-8 into
+        # surrogates, or under another locale's encoding into other characters, and so hash a
+        # password other than the one a client will send.
+        data = raw.readline(limit)
+        try:
+            line = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise PasswordError(
+                f"standard input is not UTF-8 text (byte {exc.start + 1} is "
+                f"{data[exc.start]:#04x}); give the password as UTF-8"
+            ) from None
     return line.removesuffix("\n").removesuffix("\r")
 
 
 def hash_password(password: str, cost: int = DEFAULT_COST) -> str:
-    data = password.encode()
+    try:
+        data = password.encode()
+    except UnicodeEncodeError:
+        # A terminal whose bytes were not text in its locale's encoding (getpass keeps them
+        # as surrogates).
+        raise PasswordError("the password is not valid text; give it as UTF-8") from None
     if not data:
         raise PasswordError("the password is empty")
     if len(data) > MAX_PASSWORD_BYTES:

@@ -32,6 +32,7 @@ from exporter.nvml.guarded_calls import GuardedNvml
 from exporter.nvml.helper import LiveGpu, PollerHelper
 from exporter.nvml.helper_registry import build_helpers
 from exporter.nvml.mig_reader import MigReader
+from exporter.nvml.process_sampler import ProcessSampler
 from exporter.processes.owner import PidOwners
 from exporter.scrape_cadence import NextScrapeIn, ScrapeCadence, nobody_scrapes
 from exporter.snapshot import CollectorStatus, GpuIdentity, GpuSnapshot, NodeSnapshot
@@ -111,6 +112,9 @@ class Poller(BackgroundThread):
             ),
             *extra_helpers,
         )
+        # The one helper with node-level data besides its status: PollerHelper carries only
+        # per-GPU data (merge), so the sweep asks process accounting for its count itself.
+        self._processes = next((h for h in self._helpers if isinstance(h, ProcessSampler)), None)
         self._workers = DaemonWorkers(workers, "nvml-device")
         # A read that starts nothing new for this long is taken to be stuck (device_reads.py);
         # two such windows must fit well inside the deadline.
@@ -225,6 +229,9 @@ class Poller(BackgroundThread):
             nvml_errors=self._tally.snapshot(),
             last_success_at=self._last_success_at,
             sequence=self._sequence,
+            process_log_name_conflicts=(
+                None if self._processes is None else self._processes.log_name_conflicts
+            ),
         )
 
     def _read_devices(self, count: int, started: float) -> tuple[GpuSnapshot, ...]:

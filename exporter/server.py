@@ -129,7 +129,7 @@ class Handlers:
 def build_app(
     store: ExpositionStore, config: WebConfig, thread_problem: Callable[[], str | None]
 ) -> web.Application:
-    guard = ConnectionGuard(config.max_connections)
+    guard = ConnectionGuard(config.max_connections, config.max_connections_per_address)
     handlers = Handlers(store, config, thread_problem, guard)
     cleanups: list[Callable[[], None]] = []
     app = web.Application(middlewares=[guard.middleware, *security_middlewares(config, cleanups)])
@@ -163,12 +163,12 @@ def security_middlewares(config: WebConfig, cleanups: list[Callable[[], None]]) 
         from exporter.webconfig.client_names import allowed_sans_middleware
 
         middlewares.append(allowed_sans_middleware(security.tls.client_allowed_sans))
-    if security.basic_auth_users:
-        from exporter.webconfig.basic_auth import BasicAuth
+    # Even without users: a reloaded web config may add some, and they apply at once.
+    from exporter.webconfig.basic_auth import BasicAuth
 
-        auth = BasicAuth(security.basic_auth_users)
-        cleanups.append(auth.close)
-        middlewares.append(auth.middleware)
+    auth = BasicAuth(security.live_users)
+    cleanups.append(auth.close)
+    middlewares.append(auth.middleware)
     return middlewares
 
 

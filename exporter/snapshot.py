@@ -221,3 +221,6 @@ class NodeSnapshot:
     nvml_errors: tuple[tuple[tuple[str, str], int], ...] = ()
     last_success_at: float | None = None
     sequence: int = 0
+    # Container IDs and pod UIDs the kubelet's log names give more than one name (a leftover or
+    # forged name), from process accounting; None when it is off or its owners do not count.
+    process_log_name_conflicts: int | None = None

@@ -114,11 +114,11 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
         ),
         ("scrape: 5\n", "my.yaml: scrape: expected a mapping, got a number"),
         ("- thresholds\n", "my.yaml: expected a mapping of keys to override, got a list"),
-        # BundleConfig.__post_init__'s own checks, which name their key.
         (
             "selectors:\n  exporter: '{job=\"x\"}'\n",
-            "my.yaml: selectors.exporter '{job=\"x\"}' must be matchers without braces",
+            "my.yaml: selectors.exporter: '{job=\"x\"}' must be matchers without braces",
         ),
+        # BundleConfig.__post_init__'s own checks, which name their key.
         ("dcgm_version: '9.9'\n", "my.yaml: dcgm_version '9.9' is not one of"),
         # The safe loader's refusals.
         ("scrape: {port: 1}\nscrape: {port: 2}\n", "my.yaml: duplicate key 'scrape' at line 2"),

@@ -23,6 +23,7 @@ from exporter.podresources.dra_resolve import (
     FOREIGN_DRIVER,
     NO_SUCH_GPU,
     NO_SUCH_MIG_INSTANCE,
+    SLICE_CONFLICT,
     UNKNOWN_NAME,
     DraIndex,
     DraTarget,
@@ -175,6 +176,11 @@ SLICES = MappingProxyType(
         (NODE, "gpu-9-mig-1g10gb-19-0"): SliceDevice(
             NODE, "gpu-9-mig-1g10gb-19-0", "mig", parent_uuid="GPU-unplaced", profile="1g.10gb"
         ),
+        # Forged: minor 1 is GPU-placed to NVML, minor 2 GPU-unplaced.
+        (NODE, "gpu-1"): SliceDevice(NODE, "gpu-1", "gpu", uuid="GPU-w0"),
+        (NODE, "gpu-2-mig-1g10gb-19-0"): SliceDevice(
+            NODE, "gpu-2-mig-1g10gb-19-0", "mig", uuid="MIG-a", profile="1g.10gb"
+        ),
     }
 )
 SLICE_INDEX = DraIndex.of(NODE_SNAPSHOT, SLICES)
@@ -184,7 +190,11 @@ SLICE_INDEX = DraIndex.of(NODE_SNAPSHOT, SLICES)
     ("device", "expected"),
     [
         ("big-gpu", DraTarget("GPU-w1")),  # a name outside the convention, by its uuid
-        ("gpu-3", NO_SUCH_GPU),  # the slice's uuid wins over the name's minor
+        # A slice naming another GPU than the name's minor does is overruled by NVML.
+        ("gpu-3", DraTarget("GPU-w0", slice_conflict=True)),  # its GPU is not even here
+        ("gpu-1", DraTarget("GPU-placed", slice_conflict=True)),
+        # Overruled, and the name alone cannot tell which 1g.10gb instance it is.
+        ("gpu-2-mig-1g10gb-19-0", SLICE_CONFLICT),
         ("slice-mig", DraTarget("GPU-unplaced", 10, "1g.10gb", "MIG-e")),
         ("gpu-1-mig-1g10gb-19-1", DraTarget("GPU-placed", 10, "1g.10gb", "MIG-b")),
         # Its parent has two 1g.10gb instances and no placements: ambiguous, not guessed.

@@ -21,7 +21,11 @@ from exporter.exposition.text_format import escape_help
 from tests.golden.node_scrape import GOLDENS, Golden, samples, scrape, shape
 
 # Own families no golden can show: they appear only once something has failed.
-ERROR_ONLY = {f"{PREFIX}nvml_errors_total", f"{PREFIX}podresources_errors_total"}
+ERROR_ONLY = {
+    f"{PREFIX}nvml_errors_total",
+    f"{PREFIX}podresources_errors_total",
+    f"{PREFIX}render_errors_total",
+}
 
 
 @pytest.fixture(scope="module")

@@ -117,8 +117,10 @@ def test_memory_held_by_a_burst_of_connections_is_handed_back(exporter):
     assert len(head) < MAX_UNANSWERED_BYTES
     sockets: list[socket.socket] = []
     try:
-        for _ in range(1000):
-            sock = socket.create_connection(("127.0.0.1", port))
+        # From 20 loopback addresses, 50 each: one address may not hold 1,000.
+        for i in range(1000):
+            source = (f"127.0.1.{i % 20 + 1}", 0)
+            sock = socket.create_connection(("127.0.0.1", port), source_address=source)
             sockets.append(sock)
             sock.sendall(head)
         assert wait_for(lambda: connections(base) >= 1000, timeout=10), connections(base)

@@ -270,8 +270,10 @@ def test_every_slice_request_is_scoped_to_this_node(api):
         assert wait_for(lambda: len(lists(api.slice_requests())) >= 2)
     requests = api.slice_requests()
     assert len(watches(requests)) >= 1
+    # Both are field selectors the API server supports for ResourceSlices.
+    selector = [f"spec.nodeName={NODE},spec.driver=gpu.nvidia.com"]
     for _path, query in requests:
-        assert query.get("fieldSelector") == [f"spec.nodeName={NODE}"], query
+        assert query.get("fieldSelector") == selector, query
     assert all(q.get("resourceVersion") == ["0"] for q in lists(requests))
     assert all(q.get("allowWatchBookmarks", [""])[0].lower() == "true" for q in watches(requests))
 

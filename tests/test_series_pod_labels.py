@@ -369,6 +369,7 @@ def test_watcher_keeps_series_labels_and_counts_drops(api, node):
         "cap": 0,
         "duplicate": 0,
         "invalid": 0,
+        "not_text": 0,
         "reserved": 0,
     }
     watcher.start()

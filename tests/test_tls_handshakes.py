@@ -109,7 +109,12 @@ def test_stalled_handshakes_are_counted_evicted_first_and_timed_out(tls_exporter
         # real scrape with it.
         opened = time.monotonic()
         for _ in range(FILE_LIMIT + 50):
-            stalled.append(socket.create_connection(("127.0.0.1", port)))
+            # From 16 loopback addresses: one address may hold only its share of the cap.
+            stalled.append(
+                socket.create_connection(
+                    ("127.0.0.1", port), source_address=(f"127.0.1.{len(stalled) % 16 + 1}", 0)
+                )
+            )
         # connect() returns once the kernel holds the connection, which can be before the
         # exporter accepts it, so a scrape can be served first: wait for the count, with a
         # deadline. Unbounded, the exporter saw none of them and counted only the scrape.

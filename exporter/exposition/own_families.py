@@ -138,7 +138,8 @@ DRA_DEVICES_UNRESOLVED = _own(
     GAUGE,
     "DRA devices of running containers that the exporter cannot tie to an NVML device, by "
     "driver and reason (foreign_driver, unknown_name, no_such_gpu, no_such_mig_instance, "
-    "ambiguous_mig_instance).",
+    "ambiguous_mig_instance), and those whose ResourceSlice names another GPU than NVML's "
+    "minor number does (slice_conflict; attributed by the minor number).",
     (HOST, "driver", "reason"),
 )
 
@@ -213,8 +214,17 @@ GPU_PROCESSES_UNATTRIBUTED = _own(
     GAUGE,
     "Processes on this GPU or MIG instance not counted for any pod, by reason: host "
     "(outside any pod), not_holder (a pod that does not hold the device), holder_unknown (a "
-    "pod's process with pod-resources off), pid_not_visible, exited, unknown_container.",
+    "pod's process with pod-resources off), pid_not_visible, exited, unknown_container, "
+    "ambiguous_container (the kubelet's log names give its container several names, more than "
+    "one of them a pod holding the device).",
     (*POD_USAGE_LABELS[:5], "reason"),
+)
+PROCESS_LOG_NAME_CONFLICTS = _own(
+    "process_log_name_conflicts",
+    GAUGE,
+    "Container IDs or pod UIDs the kubelet's log names give more than one name; forged or "
+    "left-over names. As of the last scan of the log directories; their processes are named "
+    "only from what the kubelet reports. With --collector.processes only.",
 )
 
 # Health of the pod-resources and Kubernetes sources.
@@ -256,15 +266,24 @@ KUBERNETES_RELISTS_TOTAL = _own(
 POD_LABELS_DROPPED_TOTAL = _own(
     "pod_labels_dropped_total",
     COUNTER,
-    "Pod label keys left out because a pod exceeded the per-pod label cap.",
+    "Pod label keys left out because a pod exceeded the per-pod label cap, or because their value "
+    "is not Unicode text (a lone surrogate, which no exposition can carry).",
 )
 POD_SERIES_LABELS_DROPPED_TOTAL = _own(
     "pod_series_labels_dropped_total",
     COUNTER,
     "Pod label keys left off the DCGM series (--kubernetes.enable-pod-labels), by reason: "
     "reserved (a name the series carry already), invalid (no valid label name), duplicate "
-    "(another key of the pod sanitises to the same name), cap (over --kubernetes.max-pod-labels).",
+    "(another key of the pod sanitises to the same name), cap (over --kubernetes.max-pod-labels), "
+    "not_text (a value that is not Unicode text, such as a lone surrogate).",
     ("reason",),
+)
+RENDER_ERRORS_TOTAL = _own(
+    "render_errors_total",
+    COUNTER,
+    "Renders of /metrics that left a part out because it failed (a family, or a group such as "
+    "the pod join), by part; the rest of the body is served. Absent until one fails.",
+    ("part",),
 )
 NODE_INFO = _own(
     "node_info",
@@ -291,7 +310,8 @@ HTTP_CONNECTIONS = _own("http_connections", GAUGE, "HTTP connections open to the
 HTTP_CONNECTIONS_EVICTED_TOTAL = _own(
     "http_connections_evicted_total",
     COUNTER,
-    "Idle HTTP connections closed because --web.max-connections were open.",
+    "Idle HTTP connections closed because --web.max-connections were open, or their client "
+    "address held its share (--web.max-connections-per-address).",
 )
 
 OWN_FAMILIES: tuple[MetricFamily, ...] = tuple(_TABLE)

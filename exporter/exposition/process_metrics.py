@@ -38,3 +38,10 @@ def render_pod_usage(
     out.family(own.POD_GPU_SM_UTILIZATION_RATIO, sm)
     out.family(own.POD_GPU_PROCESSES, count)
     out.family(own.GPU_PROCESSES_UNATTRIBUTED, unattributed)
+
+
+def log_name_conflict_samples(snapshot: NodeSnapshot) -> list[tuple[str, str]]:
+    """PROCESS_LOG_NAME_CONFLICTS' one sample, or none with process accounting off (or owners
+    that do not count): 0 must mean "looked, found none", never "did not look"."""
+    conflicts = snapshot.process_log_name_conflicts
+    return [] if conflicts is None else [("", str(conflicts))]

@@ -6,8 +6,10 @@ depend on the moment of the scrape (snapshot age and staleness), is rendered per
 
 from __future__ import annotations
 
+import logging
 import platform
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from typing import Any
 
@@ -25,7 +27,7 @@ from exporter.exposition.attribution_metrics import (
 from exporter.exposition.context import NO_CONTEXT, AttributionContext
 from exporter.exposition.dcgm_families import DcgmFamily, families_for
 from exporter.exposition.entities import Entity, dcgm_entities, device_labels, host_labels
-from exporter.exposition.process_metrics import render_pod_usage
+from exporter.exposition.process_metrics import log_name_conflict_samples, render_pod_usage
 from exporter.exposition.text_format import (
     FamilyWriter,
     Labels,
@@ -33,10 +35,13 @@ from exporter.exposition.text_format import (
     format_value,
     label_body,
 )
-from exporter.podresources.attribution import attribute
+from exporter.podresources.attribution import EMPTY as EMPTY_ATTRIBUTION
+from exporter.podresources.attribution import Attribution, attribute
 from exporter.processes.pod_usage import pod_usage
 from exporter.snapshot import ConnectionCounts, NodeSnapshot
 from exporter.xid_messages import xid_message
+
+log = logging.getLogger(__name__)
 
 
 def _binding_version() -> str:
@@ -67,6 +72,8 @@ class Renderer:
         self._host = host_labels(labels)
         self._dcgm = families_for(labels.dcgm)
         self._bodies: dict[Labels, str] = {}
+        # Part of the body (a family, or a group of them) -> renders that left it out.
+        self._render_errors: Counter[str] = Counter()
 
     def _label_body(self, labels: Labels) -> str:
         """label_body(labels), escaped once for as long as the label set lasts."""
@@ -78,7 +85,65 @@ class Renderer:
         return body
 
     def render_body(self, snapshot: NodeSnapshot, context: AttributionContext = NO_CONTEXT) -> str:
+        """The body for `snapshot`. What comes from outside (pod labels, names, API and kubelet
+        answers) must not cost the rest: a family whose samples fail is left out, a part that
+        fails as a whole is skipped, and a join that fails gives the device series without
+        pods; each is counted in RENDER_ERRORS_TOTAL and logged once."""
         out = FamilyWriter()
+        try:
+            attribution, usage, entities = self._join(snapshot, context)
+        except Exception as exc:
+            self._failed("pod join", exc)
+            attribution, usage = EMPTY_ATTRIBUTION, {}
+            entities = dcgm_entities(snapshot, self._labels)
+        bodies = [self._label_body(e.labels) for e in entities]
+        readings = [e.readings for e in entities]
+        profiling = [e.profiling for e in entities]
+        for families, sources in ((self._dcgm.gpu, readings), (self._dcgm.profiling, profiling)):
+            for family in families:
+                out.family(family, self._dcgm_samples(family, sources, bodies))
+        parts: list[tuple[str, Callable[[], None]]] = [
+            ("xid", lambda: self._xid(out, entities, bodies)),
+            ("clock events", lambda: self._clock_events(out, entities, bodies)),
+            ("own metrics", lambda: self._self_metrics(out, snapshot, context)),
+            (
+                "capacity",
+                lambda: render_capacity(out, snapshot, attribution, context, self._labels),
+            ),
+        ]
+        if context.attribution_enabled:
+            parts += [
+                (
+                    "allocations",
+                    lambda: render_allocations(out, snapshot, attribution, context, self._labels),
+                ),
+                ("dra", lambda: render_dra_unresolved(out, attribution, self._labels)),
+            ]
+        if usage:
+            parts.append(
+                ("pod usage", lambda: render_pod_usage(out, snapshot, usage, self._labels))
+            )
+        parts.append(("sources", lambda: render_source_health(out, context, self._labels)))
+        for part, render in parts:
+            try:
+                render()
+            except Exception as exc:
+                self._failed(part, exc)
+        for family, exc in out.failed:
+            self._failed(family, exc)
+        if self._render_errors:
+            out.family(
+                own.RENDER_ERRORS_TOTAL,
+                [
+                    (label_body((("part", part),)), str(count))
+                    for part, count in sorted(self._render_errors.items())
+                ],
+            )
+        return out.text()
+
+    def _join(
+        self, snapshot: NodeSnapshot, context: AttributionContext
+    ) -> tuple[Attribution, dict[Any, Any], list[Entity]]:
         attribution = attribute(
             snapshot, context.pods, None if context.kube is None else context.kube.resource_slices
         )
@@ -90,34 +155,33 @@ class Renderer:
             else {}
         )
         entities = dcgm_entities(snapshot, self._labels, attribution, context.kube, usage)
-        bodies = [self._label_body(e.labels) for e in entities]
-        readings = [e.readings for e in entities]
-        profiling = [e.profiling for e in entities]
-        for families, sources in ((self._dcgm.gpu, readings), (self._dcgm.profiling, profiling)):
-            for family in families:
-                out.family(family, self._dcgm_samples(family, sources, bodies))
-        self._xid(out, entities, bodies)
-        self._clock_events(out, entities, bodies)
-        self._self_metrics(out, snapshot, context)
-        render_capacity(out, snapshot, attribution, context, self._labels)
-        if context.attribution_enabled:
-            render_allocations(out, snapshot, attribution, context, self._labels)
-            render_dra_unresolved(out, attribution, self._labels)
-        if usage:
-            render_pod_usage(out, snapshot, usage, self._labels)
-        render_source_health(out, context, self._labels)
-        return out.text()
+        return attribution, usage, entities
 
-    @staticmethod
+    def _failed(self, part: str, exc: Exception) -> None:
+        if part not in self._render_errors:
+            log.error(
+                "rendering %s failed, left out of /metrics until it renders: %s: %s",
+                part,
+                type(exc).__name__,
+                str(exc)[:300],
+            )
+        self._render_errors[part] += 1
+
     def _dcgm_samples(
-        family: DcgmFamily, sources: list[Any], bodies: list[str]
+        self, family: DcgmFamily, sources: list[Any], bodies: list[str]
     ) -> Iterator[tuple[str, str]]:
         for source, body in zip(sources, bodies, strict=True):
             if source is None:
                 continue
-            value = family.value(source)
-            if value is not None:
-                yield body, format_dcgm_value(value, family.double)
+            # One entity's reading that cannot be rendered costs that series only.
+            try:
+                value = family.value(source)
+                sample = None if value is None else format_dcgm_value(value, family.double)
+            except Exception as exc:
+                self._failed(family.name, exc)
+                continue
+            if sample is not None:
+                yield body, sample
 
     def _xid(self, out: FamilyWriter, entities: list[Entity], bodies: list[str]) -> None:
         out.family(
@@ -188,6 +252,7 @@ class Renderer:
                 for (fn, err), n in snap.nvml_errors
             ],
         )
+        out.family(own.PROCESS_LOG_NAME_CONFLICTS, log_name_conflict_samples(snap))
 
         devices = [
             (g, self._label_body(device_labels(g.identity, self._labels))) for g in snap.gpus

@@ -11,6 +11,7 @@ read is kept unrendered, and a scrape that comes for it anyway renders it then, 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import zlib
@@ -23,6 +24,7 @@ from exporter.exposition.renderer import Renderer
 from exporter.exposition.scrape_schedule import ScrapeSchedule
 from exporter.snapshot import ConnectionCounts, NodeSnapshot
 
+log = logging.getLogger(__name__)
 # zlib's fast levels (1-3) cost a third of level 6 on an exposition and compress it within 10 %
 # (benchmarks/overhead.py measures both); 3 is the smallest of them.
 GZIP_LEVEL = 3
@@ -82,7 +84,9 @@ def build_exposition(
     snapshot: NodeSnapshot, renderer: Renderer, context: AttributionContext = NO_CONTEXT
 ) -> Exposition:
     started = time.perf_counter()
-    body = renderer.render_body(snapshot, context).encode()
+    # Label values are made encodable where they are escaped; "replace" is the last resort that
+    # keeps one unforeseen string from failing every scrape.
+    body = renderer.render_body(snapshot, context).encode("utf-8", "replace")
     compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, _GZIP_WBITS)
     head = compressor.compress(body) + compressor.flush(zlib.Z_SYNC_FLUSH)
     return Exposition(snapshot, body, head, compressor, time.perf_counter() - started)
@@ -109,13 +113,23 @@ class ExpositionStore:
         self.current: Exposition | None = None
         # The newest snapshot; ahead of `current` while it waits unrendered.
         self.latest: NodeSnapshot | None = None
+        self._render_failing = False
 
     def publish(self, snapshot: NodeSnapshot) -> None:
         """Keep the newest snapshot, and render it now if a scrape is due before the next one;
         called by the poller."""
         self.latest = snapshot
         if self._interval <= 0 or self.schedule.due_within(self._interval * _DUE_MARGIN):
-            self.render_latest()
+            try:
+                self.render_latest()
+            except Exception:
+                # Not the poller's fault: it must go on sweeping. A scrape renders again and
+                # answers the error itself. Logged once until a render succeeds again.
+                if not self._render_failing:
+                    log.exception("rendering the exposition failed")
+                self._render_failing = True
+            else:
+                self._render_failing = False
 
     @property
     def rendered(self) -> bool:

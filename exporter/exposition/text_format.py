@@ -8,6 +8,7 @@ each label set once per entity instead of once per sample.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 
 from exporter.exposition.metric_family import Declared
@@ -16,12 +17,23 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 Labels = tuple[tuple[str, str], ...]
 
 
+# A lone surrogate cannot be encoded as UTF-8: a file name decoded with surrogateescape, or a
+# JSON string such as "\udcff" from an API answer. One in a label value used to fail the whole
+# body's encoding, so every scrape. Written as U+FFFD instead, the series stays valid.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encodable(text: str) -> str:
+    """`text` with any lone surrogate replaced by U+FFFD (ASCII, the usual case, untouched)."""
+    return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
+
+
 def escape_label_value(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    return encodable(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+    return encodable(text).replace("\\", "\\\\").replace("\n", "\\n")
 
 
 def label_body(labels: Labels) -> str:
@@ -55,18 +67,25 @@ def format_dcgm_value(value: float | int, double: bool) -> str:
 
 
 class FamilyWriter:
-    """Accumulates complete metric families; a family with no samples writes nothing."""
+    """Accumulates complete metric families; a family with no samples writes nothing, and one
+    whose samples fail to render is left out whole (in `failed`), never half-written."""
 
     def __init__(self) -> None:
         self._parts: list[str] = []
+        # (family name, the exception) for each family left out.
+        self.failed: list[tuple[str, Exception]] = []
 
     def family(self, family: Declared, samples: Iterable[tuple[str, str]]) -> None:
         """samples: (label body without braces, formatted value)."""
         name = family.name
-        lines = [
-            f"{name}{{{body}}} {value}\n" if body else f"{name} {value}\n"
-            for body, value in samples
-        ]
+        try:
+            lines = [
+                f"{name}{{{body}}} {value}\n" if body else f"{name} {value}\n"
+                for body, value in samples
+            ]
+        except Exception as exc:
+            self.failed.append((name, exc))
+            return
         if not lines:
             return
         self._parts.append(

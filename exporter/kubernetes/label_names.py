@@ -43,6 +43,18 @@ SERIES_LABEL_NAMES = frozenset(
 )
 
 
+def is_unicode_text(value: str) -> bool:
+    """False for a value holding a lone surrogate, which valid JSON can carry ("\\udcff") but no
+    UTF-8 exposition can: such a pod label value is left out, not passed on."""
+    if value.isascii():
+        return True
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def sanitize_label_name(key: str) -> str:
     return "label_" + _INVALID.sub("_", key)
 

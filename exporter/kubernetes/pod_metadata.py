@@ -11,6 +11,7 @@ from typing import Any
 
 from exporter.kubernetes.label_names import (
     is_series_label,
+    is_unicode_text,
     is_valid_label_name,
     sanitize_label_name,
     series_label_name,
@@ -65,10 +66,12 @@ EMPTY_VIEW = KubernetesView(MappingProxyType({}), (), False, False, None, None, 
 
 # Why a pod label key is not on the DCGM series: its name is one the series carry already
 # (`pod`, `gpu`, `hostname`, ...), it is no valid label name (it starts with a digit), another
-# key of the pod sanitises to the same name (the first in key order stays), or the pod has more
-# than --kubernetes.max-pod-labels of them (the first names in order stay).
+# key of the pod sanitises to the same name (the first in key order stays), the pod has more
+# than --kubernetes.max-pod-labels of them (the first names in order stay), or its value is not
+# Unicode text (a lone surrogate).
 RESERVED, INVALID, DUPLICATE, CAP = "reserved", "invalid", "duplicate", "cap"
-SERIES_DROP_REASONS = (CAP, DUPLICATE, INVALID, RESERVED)
+NOT_TEXT = "not_text"
+SERIES_DROP_REASONS = (CAP, DUPLICATE, INVALID, NOT_TEXT, RESERVED)
 
 
 def owner_of(metadata: Mapping[str, Any], labels: Mapping[str, str]) -> tuple[str, str]:
@@ -91,16 +94,22 @@ def owner_of(metadata: Mapping[str, Any], labels: Mapping[str, str]) -> tuple[st
 def selected_labels(
     labels: Mapping[str, str], allowlist: re.Pattern[str] | None, cap: int
 ) -> tuple[tuple[tuple[str, str], ...], int]:
-    """Allow-listed labels under Prometheus names, and how many the per-pod cap dropped."""
+    """Allow-listed labels under Prometheus names, and how many were dropped: over the per-pod
+    cap, or with a value that is not Unicode text."""
     if allowlist is None:
         return (), 0
     chosen: dict[str, str] = {}
+    not_text = 0
     for key in sorted(labels):
         if allowlist.fullmatch(key):
+            value = str(labels[key])
+            if not is_unicode_text(value):
+                not_text += 1
+                continue
             # Two keys can sanitise to one name; the first in key order wins, deterministically.
-            chosen.setdefault(sanitize_label_name(key), str(labels[key]))
+            chosen.setdefault(sanitize_label_name(key), value)
     names = sorted(chosen)
-    return tuple((n, chosen[n]) for n in names[:cap]), max(0, len(names) - cap)
+    return tuple((n, chosen[n]) for n in names[:cap]), max(0, len(names) - cap) + not_text
 
 
 def series_labels(
@@ -121,6 +130,8 @@ def series_labels(
             dropped[RESERVED] += 1
         elif name in chosen:
             dropped[DUPLICATE] += 1
+        elif not is_unicode_text(str(labels[key])):
+            dropped[NOT_TEXT] += 1
         else:
             chosen[name] = str(labels[key])
     names = sorted(chosen)

@@ -1,8 +1,10 @@
 """The watch of this node's ResourceSlices: which NVIDIA GPU DRA devices the node offers.
 
 It follows the pods' and node's list-then-watch protocol, in the same retry loop, always with
-`fieldSelector=spec.nodeName=<node>`: other nodes' slices are none of this exporter's business,
-and a DaemonSet listing them cluster-wide multiplies the API server's work by the node count.
+`fieldSelector=spec.nodeName=<node>,spec.driver=gpu.nvidia.com` (both are field selectors the API
+server supports for ResourceSlices): other nodes' slices are none of this exporter's business,
+and a DaemonSet listing them cluster-wide multiplies the API server's work by the node count;
+other drivers' slices would only be read to be dropped, and count toward the LIST's byte limit.
 
 resource.k8s.io/v1 is served from Kubernetes 1.34; 1.32 and 1.33 serve v1beta1, which is tried
 when v1 answers 404. A cluster serving neither has no DRA at all: that is no error, and asking
@@ -18,6 +20,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from exporter.background import BackgroundThread
+from exporter.kubernetes.api_answers import MAX_SLICE_LIST_BYTES
 from exporter.kubernetes.resource_slices import (
     MAX_SLICES_PER_NODE,
     ParsedSlice,
@@ -39,6 +42,11 @@ _NOT_FOUND = 404
 # Newest first; the first one the server answers is asked first from then on.
 API_VERSIONS = ("v1", "v1beta2", "v1beta1")
 NO_DRA_RECHECK_SECONDS = 600.0
+
+
+def slice_selector(node: str) -> str:
+    """The field selector of every ResourceSlice request: this node's, of NVIDIA's GPU driver."""
+    return f"spec.nodeName={node},spec.driver={NVIDIA_GPU_DRIVER}"
 
 
 class SliceStore:
@@ -110,7 +118,9 @@ class SliceWatchThread(BackgroundThread):
         for version in order:
             call = self._api(version).list_resource_slice
             try:
-                items, resource_version = self._owner._list(call, selector)
+                items, resource_version = self._owner._list(
+                    call, selector, "the ResourceSlice LIST", MAX_SLICE_LIST_BYTES
+                )
             except kubernetes.client.ApiException as exc:
                 if exc.status == _NOT_FOUND:
                     continue
@@ -150,7 +160,7 @@ class SliceWatchThread(BackgroundThread):
         )
 
     def _round(self) -> None:
-        selector = f"spec.nodeName={self._owner._node}"
+        selector = slice_selector(self._owner._node)
         served = self._list_served(selector)
         if served is None:
             self._no_dra()
@@ -169,4 +179,4 @@ class SliceWatchThread(BackgroundThread):
             else:
                 self._owner._update(slices_synced=True, slices_updated_at=time.time())
 
-        self._owner._watch(call, selector, version, on_event)
+        self._owner._watch(call, selector, version, on_event, "the ResourceSlice watch")

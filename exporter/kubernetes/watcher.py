@@ -4,9 +4,15 @@
 Each watch follows the API's list-then-watch protocol: LIST with `resourceVersion=0` (served from
 the API server's watch cache, which indexes pods by node, instead of a quorum read of every pod
 from etcd), then WATCH from the list's version with bookmarks, resuming from the newest version
-seen; 410 Gone means that version fell out of the history, so it lists again. Errors back off
-exponentially with jitter. Every watch sets its field selector: a DaemonSet that lists pods
-cluster-wide on every node is how control planes go down.
+seen; 410 Gone means that version fell out of the history, so it lists again. Errors and 410s
+back off exponentially with jitter: a server answering every watch with 410 would otherwise be
+listed from in a tight loop, by every node at once. Every watch sets its field selector: a
+DaemonSet that lists pods cluster-wide on every node is how control planes go down.
+
+Answers are read within byte limits and parsed with their failures caught
+(exporter/kubernetes/api_answers.py, watch_stream.py): an endless event line, a LIST too large
+to parse within the pod's memory limit, or JSON nested past the recursion limit is one failed
+round, logged on one line, with the view unsynced until a LIST succeeds again.
 
 Only the failures an API conversation is expected to have (HTTP errors, broken connections,
 undecodable bodies, a missing kubeconfig) are retried here. Anything else is a bug or an object
@@ -17,9 +23,7 @@ it with backoff; each watch runs in its own supervised thread.
 
 from __future__ import annotations
 
-import contextlib
 import http.client
-import json
 import logging
 import re
 import threading
@@ -34,6 +38,14 @@ import urllib3.exceptions
 
 from exporter.background import BackgroundThread
 from exporter.backoff import Backoff
+from exporter.kubernetes.api_answers import (
+    MAX_NODE_LIST_BYTES,
+    MAX_POD_LIST_BYTES,
+    BadAnswer,
+    list_items,
+    parse_json,
+    read_body,
+)
 from exporter.kubernetes.pod_metadata import (
     EMPTY_VIEW,
     SERIES_DROP_REASONS,
@@ -44,14 +56,15 @@ from exporter.kubernetes.pod_metadata import (
     pod_metadata,
 )
 from exporter.kubernetes.slice_watch import NO_DRA_RECHECK_SECONDS, SliceWatchThread
+from exporter.kubernetes.watch_stream import WatchExpired, WatchStream
 
 log = logging.getLogger(__name__)
 
-_GONE = 410
-
-
-class _Expired(Exception):
-    """The watch's resourceVersion is too old: list again."""
+# A round that failed after running this long was healthy until then: the backoff starts over,
+# as client-go's reflector resets its own after two minutes without failing.
+HEALTHY_ROUND_SECONDS = 60.0
+# A watch the server ended sooner than this with no event in it was not held open at all.
+EMPTY_WATCH_SECONDS = 0.5
 
 
 def _expected_errors() -> tuple[type[BaseException], ...]:
@@ -62,7 +75,8 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
         kubernetes.config.ConfigException,
         urllib3.exceptions.HTTPError,
         http.client.HTTPException,
-        OSError,
+        OSError,  # TimeoutError included: a watch that did not end in time
+        BadAnswer,
         ValueError,  # a body that is not JSON
     )
 
@@ -111,6 +125,7 @@ class KubernetesWatcher(BackgroundThread):
         stall_grace_seconds: float = 15.0,
         watch_resource_slices: bool = False,
         no_dra_recheck_seconds: float = NO_DRA_RECHECK_SECONDS,
+        healthy_round_seconds: float = HEALTHY_ROUND_SECONDS,
     ) -> None:
         super().__init__()
         self._factory = api_client_factory
@@ -124,6 +139,7 @@ class KubernetesWatcher(BackgroundThread):
         # chunk at its own timeout; a read silent for longer than that plus this is abandoned,
         # and the next round lists again, so no change is lost while the stream was stuck.
         self._stall_grace = stall_grace_seconds
+        self._healthy_round = healthy_round_seconds
         self._lock = threading.Lock()
         self._view = EMPTY_VIEW
         if series_labels:
@@ -139,7 +155,7 @@ class KubernetesWatcher(BackgroundThread):
             self._view = replace(self._view, slices_synced=False)
         self._client: Any = None
         self._api: Any = None
-        self._open_watches: set[Any] = set()
+        self._open_watches: set[WatchStream] = set()
 
     # ---- lifecycle ----
 
@@ -156,14 +172,10 @@ class KubernetesWatcher(BackgroundThread):
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
-        # A quiet watch blocks in a socket read until the server's timeout; closing its response
-        # wakes the thread now instead.
+        # A quiet watch blocks in a socket read until the server's timeout; shutting its
+        # connection down wakes the thread now instead.
         for watch in list(self._open_watches):
-            watch.stop()
-            response = getattr(watch, "_resp", None)
-            if response is not None:
-                with contextlib.suppress(Exception):
-                    response.shutdown() if hasattr(response, "shutdown") else response.close()
+            watch.interrupt()
         super().stop(timeout)
         for thread in self._side_watches():
             thread.stop(timeout)
@@ -238,17 +250,25 @@ class KubernetesWatcher(BackgroundThread):
         last_error = ""
         expected = _expected_errors()
         while not self._stop.is_set():
+            started = time.monotonic()
             try:
                 one_round()
                 backoff.succeeded()
-            except _Expired:
-                self._count("relists")
-                log.info("watch history expired (410 Gone); listing again")
                 continue
+            except WatchExpired:
+                # Events since the watch's version may be lost: not synced until the relist.
+                self._replace(lambda f: f.update(relists=f["relists"] + 1, **{synced_field: False}))
+                log.info(
+                    "watch history expired (410 Gone); listing again (%s)",
+                    threading.current_thread().name,
+                )
             except expected as exc:
                 if self._stop.is_set():
                     break  # stop() closed the stream under us
-                self._count("watch_errors")
+                # One update: a reader never sees the error counted and the view still synced.
+                self._replace(
+                    lambda f: f.update(watch_errors=f["watch_errors"] + 1, **{synced_field: False})
+                )
                 message = _failure(exc)
                 if message != last_error:
                     log.warning(
@@ -257,10 +277,15 @@ class KubernetesWatcher(BackgroundThread):
                         threading.current_thread().name,
                     )
                     last_error = message
-                self._update(**{synced_field: False})
-                self._stop.wait(backoff.failed())
+            if time.monotonic() - started >= self._healthy_round:
+                backoff.succeeded()
+            self._stop.wait(backoff.failed())
 
-    def _list(self, call: Callable[..., Any], selector: str) -> tuple[list[dict], str]:
+    def _list(
+        self, call: Callable[..., Any], selector: str, what: str, max_bytes: int
+    ) -> tuple[list[Any], str]:
+        """The items and resourceVersion of a LIST from the watch cache, read within `max_bytes`;
+        `what` names it in errors."""
         response = call(
             field_selector=selector,
             resource_version="0",
@@ -268,10 +293,14 @@ class KubernetesWatcher(BackgroundThread):
             _request_timeout=(5, self._list_timeout),
         )
         try:
-            body = json.loads(response.data)
+            body = read_body(response, max_bytes, what)
+        except BaseException:
+            # Unread bytes must not go back to the pool with the connection.
+            response.close()
+            raise
         finally:
             response.release_conn()
-        return body.get("items") or [], str(body.get("metadata", {}).get("resourceVersion", ""))
+        return list_items(parse_json(body, what), what)
 
     def _watch(
         self,
@@ -279,40 +308,42 @@ class KubernetesWatcher(BackgroundThread):
         selector: str,
         version: str,
         on_event: Callable[[str, dict], None],
+        what: str,
     ) -> None:
-        """Stream events until the server ends the watch; resume from the newest version."""
-        import kubernetes
-
+        """Stream events until stopped, one watch request after another, each resuming from the
+        newest version seen."""
+        # A server that ends every watch at once, with nothing in it, would otherwise be asked
+        # again in a tight loop; its empty watches are spaced out like failures.
+        empty = Backoff(0.5, self._max_backoff)
         while not self._stop.is_set():
-            watch = kubernetes.watch.Watch()
-            self._open_watches.add(watch)
+            stream = WatchStream.open(
+                call, what, selector, version, self._watch_timeout, self._stall_grace
+            )
+            self._open_watches.add(stream)
+            started, delivered = time.monotonic(), False
             try:
-                for event in watch.stream(
-                    call,
-                    field_selector=selector,
-                    resource_version=version,
-                    allow_watch_bookmarks=True,
-                    timeout_seconds=self._watch_timeout,
-                    _request_timeout=(5, self._watch_timeout + self._stall_grace),
-                ):
-                    on_event(event["type"], event["raw_object"])
+                for kind, obj in stream.events():
+                    delivered = True
+                    on_event(kind, obj)
                     if self._stop.is_set():
-                        watch.stop()
                         break
-            except kubernetes.client.ApiException as exc:
-                if exc.status == _GONE:
-                    raise _Expired from None
-                raise
             finally:
-                self._open_watches.discard(watch)
-            version = watch.resource_version or version
+                self._open_watches.discard(stream)
+                stream.close()
+            version = stream.resource_version or version
+            if delivered or time.monotonic() - started >= EMPTY_WATCH_SECONDS:
+                empty.succeeded()
+            else:
+                self._stop.wait(empty.failed())
 
     # ---- pods of this node ----
 
     def _pods_round(self) -> None:
         core = self._core()
         selector = f"spec.nodeName={self._node}"
-        items, version = self._list(core.list_pod_for_all_namespaces, selector)
+        items, version = self._list(
+            core.list_pod_for_all_namespaces, selector, "the pods LIST", MAX_POD_LIST_BYTES
+        )
         pods: dict[tuple[str, str], PodMetadata] = {}
         dropped = 0
         series_dropped: Counter[str] = Counter()
@@ -341,14 +372,14 @@ class KubernetesWatcher(BackgroundThread):
                 self._update(pods=MappingProxyType(current))
             self._update(pods_synced=True, pods_updated_at=time.time())
 
-        self._watch(core.list_pod_for_all_namespaces, selector, version, on_event)
+        self._watch(core.list_pod_for_all_namespaces, selector, version, on_event, "the pods watch")
 
     # ---- this node ----
 
     def _node_round(self) -> None:
         core = self._core()
         selector = f"metadata.name={self._node}"
-        items, version = self._list(core.list_node, selector)
+        items, version = self._list(core.list_node, selector, "the node LIST", MAX_NODE_LIST_BYTES)
         labels = node_gpu_labels(items[0]) if items else ()
         self._update(node_labels=labels, node_synced=bool(items), node_updated_at=time.time())
         self._node_watch._progressed()
@@ -360,4 +391,4 @@ class KubernetesWatcher(BackgroundThread):
                 self._update(node_labels=(), node_synced=False)
             self._update(node_updated_at=time.time())
 
-        self._watch(core.list_node, selector, version, on_event)
+        self._watch(core.list_node, selector, version, on_event, "the node watch")

@@ -6,6 +6,10 @@ one GPU instance of a MIG GPU) owns two sample buffers, allocated once: every in
 buffer is refilled, and the metrics are what happened between the two. Buffers are freed when
 their entity goes away (GPU lost, MIG instance removed) and on stop, so nothing leaks however long
 the exporter runs. A device that does not support GPM is asked once and then left alone.
+
+When NVML goes (driver unloaded or reloaded), `invalidate` swaps in a fresh driver state under a
+lock that no NVML call is ever made under, so a round stuck in a GPM call cannot hold up the
+poller's reload path; the stuck round stops at its next entity and its results are dropped.
 """
 
 from __future__ import annotations
@@ -73,6 +77,22 @@ class _Round:
     ok: bool = True
 
 
+@dataclass
+class _DriverState:
+    """What rounds keep about the loaded driver from one to the next. Replaced whole when NVML
+    goes, never cleared in place: a round still running then keeps the old one to itself, and
+    the buffers in it are never freed (they went with the library)."""
+
+    buffers: dict[EntityKey, _Buffers] = field(default_factory=dict)
+    # GPU uuid -> whether it supports GPM; asked once per driver.
+    supported: dict[str, bool] = field(default_factory=dict)
+
+
+class _Superseded(Exception):
+    """NVML went during the round: its buffers are dangling pointers into a library that is gone
+    (or loaded anew), so the round must not pass them to NVML again."""
+
+
 def _metrics_request() -> Any:
     """The one metrics request a sampler reuses, as a plain ctypes structure with
     `c_nvmlGpmMetricsGet_t`'s layout (struct_views): NVML takes it by reference all the same, and
@@ -98,9 +118,15 @@ class GpmSampler(PeriodicHelper):
         # the metrics are then averages over the time between scrapes (scrape_cadence.py).
         self._cadence = cadence
         self._targets: tuple[GpmTarget, ...] = ()
-        self._lock = threading.Lock()  # guards the buffers against invalidate() and stop()
-        self._buffers: dict[EntityKey, _Buffers] = {}
-        self._supported: dict[str, bool] = {}
+        # One round at a time (the thread's, or run_once's): they share the metrics request and
+        # the buffers. invalidate() never takes it: a round stuck in a GPM call must not hold up
+        # the driver-reload path.
+        self._round_lock = threading.Lock()
+        # Held only to swap the driver state or to publish a round's results, never over an
+        # NVML call.
+        self._publish_lock = threading.Lock()
+        self._driver = _DriverState()
+        # Swapped whole, never mutated: the sweep's workers read it without a lock.
         self._latest: dict[EntityKey, ProfilingReadings] = {}
         self._request = _metrics_request()
 
@@ -110,7 +136,7 @@ class GpmSampler(PeriodicHelper):
         self._targets = tuple(targets)
 
     def latest(self, uuid: str) -> Latest:
-        latest = self._latest  # swapped whole, never mutated: safe without the lock
+        latest = self._latest
         board = latest.get((uuid, None))
         instances = tuple(
             sorted((gi, r) for (u, gi), r in latest.items() if u == uuid and gi is not None)
@@ -136,23 +162,32 @@ class GpmSampler(PeriodicHelper):
 
     @property
     def buffers_allocated(self) -> int:
-        with self._lock:
-            return sum(len(b.samples) for b in self._buffers.values())
+        # A copy of the values: a round in progress may add buffers meanwhile.
+        return sum(len(b.samples) for b in tuple(self._driver.buffers.values()))
 
     # Lifecycle
 
     def stop(self, timeout: float = 5.0) -> None:
         super().stop(timeout)
-        if not self.alive:  # a thread stuck in NVML keeps its buffers; freeing them could crash
-            with self._lock:
-                self._free(list(self._buffers))
+        # A round stuck in NVML (the thread's, or a run_once caller's) keeps its buffers: freeing
+        # them under a call still using them could crash the library.
+        if self.alive or not self._round_lock.acquire(timeout=timeout):
+            return
+        try:
+            driver = self._driver
+            self._free(driver, list(driver.buffers))
+        finally:
+            self._round_lock.release()
 
     def invalidate(self) -> None:
-        """NVML was shut down underneath us: every buffer is gone with it, nothing to free."""
-        with self._lock:
-            self._buffers.clear()
-            self._supported.clear()
-        self._latest = {}
+        """NVML was shut down underneath us: every buffer is gone with it, nothing to free. Never
+        waits for a round in progress: that round stops at its next entity, and what it read is
+        dropped."""
+        with self._publish_lock:
+            self._driver = _DriverState()
+            self._latest = {}
+            # No round has read the new driver yet.
+            self.last_success = False
         super().invalidate()
 
     # One round
@@ -162,25 +197,45 @@ class GpmSampler(PeriodicHelper):
             if not self._cadence.due():
                 return
             self._cadence.done()
-        targets = self._targets
-        round_ = _Round()
-        with self._lock:
-            wanted: set[EntityKey] = set()
-            for target in targets:
-                try:
-                    wanted |= self._sample_device(target, round_)
-                except GPU_GONE:
-                    round_.ok = False
-                except NVMLError as exc:
-                    log.debug("GPM sampling of GPU %d failed: %s", target.index, exc)
-                    round_.ok = False
-            self._free([key for key in self._buffers if key not in wanted])
-        self._latest = round_.readings
-        self.last_success = round_.ok
+        with self._round_lock:
+            driver = self._driver
+            try:
+                round_ = self._sample_round(driver)
+            except _Superseded:
+                return
+            with self._publish_lock:
+                if driver is not self._driver:
+                    return  # NVML went at the very end: what it read is of a library now gone
+                self._latest = round_.readings
+                self.last_success = round_.ok
 
-    def _sample_device(self, target: GpmTarget, round_: _Round) -> set[EntityKey]:
+    def _sample_round(self, driver: _DriverState) -> _Round:
+        round_ = _Round()
+        wanted: set[EntityKey] = set()
+        for target in self._targets:
+            try:
+                wanted |= self._sample_device(target, round_, driver)
+            except GPU_GONE:
+                round_.ok = False
+            except NVMLError as exc:
+                log.debug("GPM sampling of GPU %d failed: %s", target.index, exc)
+                round_.ok = False
+        self._check_current(driver)
+        self._free(driver, [key for key in driver.buffers if key not in wanted])
+        return round_
+
+    def _check_current(self, driver: _DriverState) -> None:
+        """Raise _Superseded when NVML went since the round began. Checked before each use of a
+        buffer, which narrows the time a stale buffer could reach the new library to one check's
+        distance from the call, without a lock that a hung call would hold."""
+        if driver is not self._driver:
+            raise _Superseded
+
+    def _sample_device(
+        self, target: GpmTarget, round_: _Round, driver: _DriverState
+    ) -> set[EntityKey]:
         handle = pynvml.nvmlDeviceGetHandleByIndex(target.index)
-        if not self._is_supported(target.uuid, handle):
+        if not self._is_supported(target.uuid, handle, driver):
             return set()
         keys: list[EntityKey] = (
             [(target.uuid, None)]
@@ -189,10 +244,10 @@ class GpmSampler(PeriodicHelper):
         )
         for key in keys:
             try:
-                readings = self._sample_entity(key, handle)
+                readings = self._sample_entity(key, handle, driver)
             except PERMANENTLY_UNAVAILABLE as exc:
                 log.info("%s: GPM sampling is %s; not asking again", target.uuid, error_name(exc))
-                self._supported[target.uuid] = False
+                driver.supported[target.uuid] = False
                 return set()
             except pynvml.NVMLError_NotFound:
                 continue  # the MIG instance went away between the sweep and this round
@@ -200,26 +255,29 @@ class GpmSampler(PeriodicHelper):
                 round_.readings[key] = readings
         return set(keys)
 
-    def _is_supported(self, uuid: str, handle: Any) -> bool:
-        known = self._supported.get(uuid)
+    def _is_supported(self, uuid: str, handle: Any, driver: _DriverState) -> bool:
+        known = driver.supported.get(uuid)
         if known is not None:
             return known
         support = self._nvml.call(uuid, "gpm_support", "nvmlGpmQueryDeviceSupport", handle)
         if support is None:
             # NOT_SUPPORTED or an old driver is remembered by the guard; anything else: next round.
             if self._nvml.is_unavailable(uuid, "gpm_support:0"):
-                self._supported[uuid] = False
+                driver.supported[uuid] = False
             return False
-        self._supported[uuid] = bool(support.isSupportedDevice)
+        driver.supported[uuid] = bool(support.isSupportedDevice)
         if not support.isSupportedDevice:
             log.info("%s: no GPM on this GPU; profiling metrics skipped", uuid)
-        return self._supported[uuid]
+        return driver.supported[uuid]
 
-    def _sample_entity(self, key: EntityKey, handle: Any) -> ProfilingReadings | None:
-        buffers = self._buffers.get(key)
+    def _sample_entity(
+        self, key: EntityKey, handle: Any, driver: _DriverState
+    ) -> ProfilingReadings | None:
+        self._check_current(driver)
+        buffers = driver.buffers.get(key)
         if buffers is None:
             buffers = _Buffers([self._nvml.raw("nvmlGpmSampleAlloc") for _ in range(2)])
-            self._buffers[key] = buffers
+            driver.buffers[key] = buffers
         sample = buffers.samples[buffers.turn]
         _uuid, gi = key
         if gi is None:
@@ -231,6 +289,7 @@ class GpmSampler(PeriodicHelper):
         buffers.turn = 1 - buffers.turn
         if buffers.filled < 2:
             return None
+        self._check_current(driver)  # the sample call may have been the one that hung
         return self._metrics(older, sample)
 
     def _metrics(self, older: Any, newer: Any) -> ProfilingReadings:
@@ -243,9 +302,10 @@ class GpmSampler(PeriodicHelper):
                 values[name] = max(0.0, metric.value * factor)
         return ProfilingReadings(**values)
 
-    def _free(self, keys: list[EntityKey]) -> None:
+    @staticmethod
+    def _free(driver: _DriverState, keys: list[EntityKey]) -> None:
         for key in keys:
-            buffers = self._buffers.pop(key, None)
+            buffers = driver.buffers.pop(key, None)
             for sample in buffers.samples if buffers else ():
                 with contextlib.suppress(NVMLError):
                     pynvml.nvmlGpmSampleFree(sample)

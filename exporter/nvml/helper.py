@@ -6,8 +6,8 @@ The poller knows helpers only through `PollerHelper`; which helpers exist, and i
 decided in one place, `exporter.nvml.helper_registry.build_helpers`. Every helper thread is a
 `BackgroundThread`, supervised there (a crashed loop is restarted with backoff), and every
 helper's health reaches the snapshot only through `status()`, which must read failure while the
-thread is crashed (`thread_healthy`), so the poller's single status loop never reports a dead
-helper's frozen data as a success.
+thread is crashed (`thread_healthy`) or stuck in a round (`PeriodicSampler`'s overdue rule), so
+the poller's single status loop never reports a dead or wedged helper's frozen data as a success.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class PollerHelper(Protocol):
 
     def status(self) -> CollectorStatus:
         """Whether the last round succeeded and how long it took; never success while the
-        helper's thread is crashed or has given up."""
+        helper's thread is crashed or has given up, or while its round is overdue (stuck)."""
         ...
 
     def track(self, gpus: Sequence[LiveGpu]) -> None:
@@ -65,7 +65,9 @@ class PollerHelper(Protocol):
 
     def invalidate(self) -> None:
         """NVML was shut down under the helper (driver unloaded or reloaded): every handle and
-        buffer it holds is gone with the library and must be dropped, not freed."""
+        buffer it holds is gone with the library and must be dropped, not freed. Runs on the
+        sweep thread, so it must never wait for the helper's round: a round stuck in a call
+        would stall every sweep after it, and /healthz with them."""
 
     def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
         """`gpu` with this helper's latest data for it filled in. Runs on the sweep's workers."""
@@ -94,7 +96,7 @@ class PeriodicHelper(PeriodicSampler):
 
     def status(self) -> CollectorStatus:
         return CollectorStatus(
-            self.collector, self._nvml_up and self.round_succeeded, self.last_duration_seconds
+            self.collector, self._nvml_up and self.round_succeeded, self.reported_duration_seconds
         )
 
     def track(self, gpus: Sequence[LiveGpu]) -> None:

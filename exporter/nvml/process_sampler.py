@@ -30,7 +30,7 @@ from exporter.nvml.binding import GPU_GONE, PERMANENTLY_UNAVAILABLE, NVMLError, 
 from exporter.nvml.guarded_calls import GuardedNvml
 from exporter.nvml.helper import LiveGpu, PeriodicHelper
 from exporter.nvml.mig_reader import MigReader
-from exporter.processes.owner import PidOwners, ProcessOwner
+from exporter.processes.owner import PidOwners, ProcessOwner, log_name_conflicts
 from exporter.snapshot import GpuIdentity, GpuProcess, GpuSnapshot
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,19 @@ class _Round:
     ok: bool = True
 
 
+@dataclass
+class _DriverState:
+    """What rounds learn about the loaded driver and carry to the next. Replaced whole when NVML
+    goes, never cleared in place: a round still running then keeps the old one to itself."""
+
+    # GPU uuid -> index into UTILIZATION_CALLS of the call it answers (len: none).
+    utilization_call: dict[str, int] = field(default_factory=dict)
+    # GPU uuid -> newest sample timestamp seen (µs); the next window starts after it.
+    last_seen: dict[str, int] = field(default_factory=dict)
+    # Handles (uuid) whose driver has only the _v2 process lists.
+    v2_lists: set[str] = field(default_factory=set)
+
+
 class ProcessSampler(PeriodicHelper):
     thread_name = "process-sampler"
     collector = "processes"
@@ -84,13 +97,12 @@ class ProcessSampler(PeriodicHelper):
         self._mig = mig
         self._owners = owners
         self._targets: tuple[LiveGpu, ...] = ()
-        self._lock = threading.Lock()  # one round at a time, and none during invalidate()
-        # GPU uuid -> index into UTILIZATION_CALLS of the call it answers (len: none).
-        self._utilization_call: dict[str, int] = {}
-        # GPU uuid -> newest sample timestamp seen (µs); the next window starts after it.
-        self._last_seen: dict[str, int] = {}
-        # Handles (uuid) whose driver has only the _v2 process lists.
-        self._v2_lists: set[str] = set()
+        # One round at a time (the thread's, or run_once's). invalidate() never takes it: a
+        # round stuck in NVML or in a /proc read must not hold up the driver-reload path.
+        self._round_lock = threading.Lock()
+        # Held only to publish a round's results or to swap the driver state, never over work.
+        self._publish_lock = threading.Lock()
+        self._driver = _DriverState()
         self._logged_problem: str | None = None
         # Swapped whole, never mutated: the sweep's workers read it without the lock.
         self._latest: dict[str, tuple[GpuProcess, ...]] = {}
@@ -102,40 +114,56 @@ class ProcessSampler(PeriodicHelper):
         super().track(gpus)
 
     def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
+        if self.overdue_seconds() is not None:
+            # A round that never ends leaves per-pod figures frozen while the device's own move
+            # on: show none, as collector_success already says, rather than old ones as current.
+            return gpu
         processes = self._latest.get(gpu.identity.uuid)
         return gpu if processes is None else replace(gpu, processes=processes)
 
     def latest(self, uuid: str) -> tuple[GpuProcess, ...] | None:
         return self._latest.get(uuid)
 
+    @property
+    def log_name_conflicts(self) -> int | None:
+        """Container IDs and pod UIDs the kubelet's log names give more than one name, as of
+        the owners' last log scan; None where the owners do not count them. Never waits for a
+        round: the sweep thread reads it."""
+        return log_name_conflicts(self._owners)
+
     def invalidate(self) -> None:
-        """NVML was shut down: handles are gone and the driver may be another one now."""
-        with self._lock:
-            self._utilization_call.clear()
-            self._last_seen.clear()
-            self._v2_lists.clear()
-        self._latest = {}
+        """NVML was shut down: handles are gone and the driver may be another one now. Never
+        waits for a round in progress: that round's results are dropped when it ends."""
+        with self._publish_lock:
+            self._driver = _DriverState()
+            self._latest = {}
+            # No round has read the new driver yet.
+            self.last_success = False
         super().invalidate()
 
     # One round
 
     def sample_once(self) -> None:
-        with self._lock:
-            self._sample_round()
+        with self._round_lock:
+            driver = self._driver
+            round_ = self._sample_round(driver)
+            with self._publish_lock:
+                if driver is not self._driver:
+                    return  # NVML went during the round: what it read is of a library now gone
+                self._latest = round_.processes
+                self.last_success = round_.ok
 
-    def _sample_round(self) -> None:
+    def _sample_round(self, driver: _DriverState) -> _Round:
         if self._attribution_impossible():
             # Nothing is asked of NVML: processes nobody can attribute would only be exported as
             # one unattributed lump, which the device's own memory figure already says.
-            self._latest = {}
-            self.last_success = False
-            return
+            return _Round(ok=False)
         round_ = _Round()
         owners: dict[int, ProcessOwner | str] = {}
         targets = self._targets
         for target in targets:
             try:
-                usage, sm = self._sample_gpu(target)
+                usage, sm = self._sample_gpu(target, driver)
             except GPU_GONE:
                 round_.ok = False
                 continue
@@ -144,9 +172,8 @@ class ProcessSampler(PeriodicHelper):
                 round_.ok = False
                 continue
             round_.processes[target.uuid] = self._processes(usage, sm, owners)
-        self._retain(t.uuid for t in targets)
-        self._latest = round_.processes
-        self.last_success = round_.ok
+        _retain(driver, (t.uuid for t in targets))
+        return round_
 
     def _attribution_impossible(self) -> bool:
         problem = self._owners.problem()
@@ -158,13 +185,13 @@ class ProcessSampler(PeriodicHelper):
         return problem is not None
 
     def _sample_gpu(
-        self, target: LiveGpu
+        self, target: LiveGpu, driver: _DriverState
     ) -> tuple[dict[ProcessKey, int | None], dict[int, int] | None]:
         handle = pynvml.nvmlDeviceGetHandleByIndex(target.index)
         if target.gpu_instance_ids is None:
             whole = _Handle(target.uuid, handle, None)
-            return self._usage([whole]), self._sm_utilization(target.uuid, handle)
-        return self._usage(self._mig_handles(target, handle)), None
+            return self._usage([whole], driver), self._sm_utilization(target.uuid, handle, driver)
+        return self._usage(self._mig_handles(target, handle), driver), None
 
     def _mig_handles(self, target: LiveGpu, handle: Any) -> list[_Handle]:
         # MigReader needs only the parent's uuid; the rest of the identity is the sweep's business.
@@ -173,28 +200,30 @@ class ProcessSampler(PeriodicHelper):
 
     # Memory per process
 
-    def _usage(self, handles: Iterable[_Handle]) -> dict[ProcessKey, int | None]:
+    def _usage(
+        self, handles: Iterable[_Handle], driver: _DriverState
+    ) -> dict[ProcessKey, int | None]:
         """Used memory per process over every list; a process in several lists counts once,
         with its largest figure (the lists overlap for a process that is, say, both a CUDA and
         a graphics client)."""
         usage: dict[ProcessKey, int | None] = {}
         for entry in handles:
             for kind in LIST_KINDS:
-                for row in self._list(entry, kind):
+                for row in self._list(entry, kind, driver):
                     key = (int(row.pid), entry.gpu_instance_id)
                     memory = None if row.usedGpuMemory is None else int(row.usedGpuMemory)
                     usage[key] = _larger(usage.get(key), memory)
         return usage
 
-    def _list(self, entry: _Handle, kind: str) -> list[Any]:
+    def _list(self, entry: _Handle, kind: str, driver: _DriverState) -> list[Any]:
         function = f"nvmlDeviceGet{kind}RunningProcesses"
         key = f"processes_{kind.lower()}"
-        if entry.uuid not in self._v2_lists:
+        if entry.uuid not in driver.v2_lists:
             try:
                 rows = self._nvml.call(entry.uuid, key, function, entry.handle)
             except pynvml.NVMLLibraryMismatchError:
                 log.info("%s: the driver lacks %s_v3; using _v2", entry.uuid, function)
-                self._v2_lists.add(entry.uuid)
+                driver.v2_lists.add(entry.uuid)
             else:
                 return self._rows(entry, key, rows)
         key, function = f"{key}_v2", f"{function}_v2"
@@ -209,11 +238,13 @@ class ProcessSampler(PeriodicHelper):
 
     # SM use per process
 
-    def _sm_utilization(self, uuid: str, handle: Any) -> dict[int, int] | None:
+    def _sm_utilization(
+        self, uuid: str, handle: Any, driver: _DriverState
+    ) -> dict[int, int] | None:
         """Average SM use per busy process since the previous round, in percent; {} when no
         process was busy; None where the GPU has no per-process utilization."""
-        position = self._utilization_call.get(uuid, 0)
-        since = self._last_seen.get(uuid, 0)
+        position = driver.utilization_call.get(uuid, 0)
+        since = driver.last_seen.get(uuid, 0)
         while position < len(UTILIZATION_CALLS):
             function = UTILIZATION_CALLS[position]
             try:
@@ -224,30 +255,15 @@ class ProcessSampler(PeriodicHelper):
                 return {}
             except _LACKS_CALL as exc:
                 position += 1
-                self._utilization_call[uuid] = position
+                driver.utilization_call[uuid] = position
                 log.info("%s: %s is %s; not asking again", uuid, function, _why(exc))
                 continue
             except NVMLError as exc:
                 if exc.value == pynvml.NVML_SUCCESS:
                     return {}  # nvidia-ml-py raises the sizing call's SUCCESS: no samples
                 raise
-            return self._window(uuid, since, samples)
+            return _window(driver, uuid, since, samples)
         return None
-
-    def _window(self, uuid: str, since: int, samples: Iterable[Any]) -> dict[int, int]:
-        sums: dict[int, int] = {}
-        counts: dict[int, int] = {}
-        newest = since
-        for sample in samples:
-            stamp = sample.timeStamp
-            if stamp <= since:
-                continue  # NVML may hand back the boundary sample again
-            newest = max(newest, stamp)
-            pid = sample.pid
-            sums[pid] = sums.get(pid, 0) + min(100, sample.smUtil)
-            counts[pid] = counts.get(pid, 0) + 1
-        self._last_seen[uuid] = newest
-        return {pid: round(total / counts[pid]) for pid, total in sums.items()}
 
     # Owners
 
@@ -276,13 +292,6 @@ class ProcessSampler(PeriodicHelper):
             )
         return tuple(processes)
 
-    def _retain(self, uuids: Iterable[str]) -> None:
-        """Per-GPU memory of GPUs that left the sweep goes with them."""
-        present = set(uuids)
-        for table in (self._utilization_call, self._last_seen):
-            for uuid in [u for u in table if u not in present]:
-                del table[uuid]
-
 
 def _larger(a: int | None, b: int | None) -> int | None:
     if a is None:
@@ -299,3 +308,29 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, pynvml.NVMLLibraryMismatchError):
         return "missing from this driver"
     return error_name(exc)
+
+
+def _window(driver: _DriverState, uuid: str, since: int, samples: Iterable[Any]) -> dict[int, int]:
+    """Average SM use per PID over the samples newer than `since`; the newest one seen starts
+    the GPU's next window."""
+    sums: dict[int, int] = {}
+    counts: dict[int, int] = {}
+    newest = since
+    for sample in samples:
+        stamp = sample.timeStamp
+        if stamp <= since:
+            continue  # NVML may hand back the boundary sample again
+        newest = max(newest, stamp)
+        pid = sample.pid
+        sums[pid] = sums.get(pid, 0) + min(100, sample.smUtil)
+        counts[pid] = counts.get(pid, 0) + 1
+    driver.last_seen[uuid] = newest
+    return {pid: round(total / counts[pid]) for pid, total in sums.items()}
+
+
+def _retain(driver: _DriverState, uuids: Iterable[str]) -> None:
+    """Per-GPU memory of GPUs that left the sweep goes with them."""
+    present = set(uuids)
+    for table in (driver.utilization_call, driver.last_seen):
+        for uuid in [u for u in table if u not in present]:
+            del table[uuid]

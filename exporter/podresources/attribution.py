@@ -12,6 +12,7 @@ from exporter.podresources.device_ids import DeviceKind, DeviceRef
 from exporter.podresources.dra_devices import NVIDIA_GPU_DRIVER
 from exporter.podresources.dra_resolve import (
     FOREIGN_DRIVER,
+    SLICE_CONFLICT,
     DraIndex,
     DraTarget,
     SliceMap,
@@ -242,6 +243,8 @@ def _dra_holders(
     for (driver, pool, device), target in sorted(results.items()):
         if isinstance(target, str):
             unresolved[(driver, target)] += 1
+        elif target.slice_conflict:
+            unresolved[(driver, SLICE_CONFLICT)] += 1
         if driver != NVIDIA_GPU_DRIVER:
             continue
         resolved = target if isinstance(target, DraTarget) else None

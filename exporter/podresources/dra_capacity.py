@@ -13,7 +13,13 @@ from collections import Counter
 from exporter.kubernetes.resource_slices import SliceDevice
 from exporter.podresources.attribution import Attribution
 from exporter.podresources.dra_devices import NVIDIA_GPU_DRIVER, parse_dra_device_name
-from exporter.podresources.dra_resolve import DraIndex, SliceMap, dra_resource
+from exporter.podresources.dra_resolve import (
+    DraIndex,
+    SliceMap,
+    dra_resource,
+    named_gpu,
+    slice_gpu,
+)
 
 
 def dra_allocated(attribution: Attribution) -> Counter[str]:
@@ -31,18 +37,14 @@ def dra_allocatable(slices: SliceMap) -> Counter[str]:
 
 
 def _offering_gpu(device: SliceDevice, index: DraIndex) -> str | None:
-    """The physical GPU an offered device lives on, whether or not its MIG instance exists yet."""
-    if device.type == "gpu" and device.uuid in index.by_uuid:
-        return device.uuid
-    if device.type == "mig":
-        if device.parent_uuid in index.by_uuid:
-            return device.parent_uuid
-        found = index.mig_by_uuid.get(device.uuid) if device.uuid else None
-        if found is not None:
-            return found[0].identity.uuid
-    name = parse_dra_device_name(device.name)
-    gpu = None if name is None else index.by_minor.get(name.minor)
-    return None if gpu is None else gpu.identity.uuid
+    """The physical GPU an offered device lives on, whether or not its MIG instance exists yet:
+    the one NVML gives its name's minor number, as attribution trusts that over the slice
+    (dra_resolve.py), else the one the slice names."""
+    named = named_gpu(parse_dra_device_name(device.name), index)
+    if named is not None:
+        return named.identity.uuid
+    placed_on = slice_gpu(device, index)
+    return placed_on if placed_on in index.by_uuid else None
 
 
 def dra_units(index: DraIndex, attribution: Attribution, slices_synced: bool) -> Counter[str]:

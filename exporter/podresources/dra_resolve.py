@@ -9,13 +9,19 @@ Two sources, in order:
    placement to privileged callers only; without it, a MIG device still resolves when exactly one
    live instance of its profile sits on that parent, and is reported ambiguous otherwise.
 
+Except where they disagree on the GPU: anyone allowed to write ResourceSlices can publish one
+that maps `gpu-0` to another GPU's UUID, and would move a pod's labels onto an idle GPU. A name
+in the driver's convention whose minor NVML knows is NVML's to answer: the slice is overruled,
+and the target says so (`slice_conflict`), to be counted under SLICE_CONFLICT. The slice still
+decides which instance on that GPU a MIG device is, where NVML hides placements.
+
 Nothing is guessed: a device that does not resolve gets a reason, counted by the exposition.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from exporter.kubernetes.resource_slices import SliceDevice
 from exporter.podresources.dra_devices import (
@@ -32,7 +38,17 @@ UNKNOWN_NAME = "unknown_name"  # not the driver's naming convention, and no Reso
 NO_SUCH_GPU = "no_such_gpu"  # the minor number or UUID is not on this node's NVML snapshot
 NO_SUCH_MIG_INSTANCE = "no_such_mig_instance"  # the parent is here, no live instance matches
 AMBIGUOUS_MIG_INSTANCE = "ambiguous_mig_instance"  # several instances fit; NVML hid placements
-REASONS = (AMBIGUOUS_MIG_INSTANCE, FOREIGN_DRIVER, NO_SUCH_GPU, NO_SUCH_MIG_INSTANCE, UNKNOWN_NAME)
+# A ResourceSlice puts the device on another GPU than its name's minor number: attributed as NVML
+# says (DraTarget.slice_conflict), or unresolved when the name alone cannot tell the instance.
+SLICE_CONFLICT = "slice_conflict"
+REASONS = (
+    AMBIGUOUS_MIG_INSTANCE,
+    FOREIGN_DRIVER,
+    NO_SUCH_GPU,
+    NO_SUCH_MIG_INSTANCE,
+    SLICE_CONFLICT,
+    UNKNOWN_NAME,
+)
 
 SliceMap = Mapping[tuple[str, str], SliceDevice]
 
@@ -45,6 +61,8 @@ class DraTarget:
     gpu_instance_id: int | None = None
     mig_profile: str = ""
     mig_uuid: str = ""
+    # A ResourceSlice named another GPU for this device; NVML's minor number was trusted.
+    slice_conflict: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,24 +143,47 @@ def _from_slice(
     return _by_placement(parent, name, device.profile)
 
 
+def slice_gpu(device: SliceDevice, index: DraIndex) -> str:
+    """The UUID of the physical GPU a ResourceSlice puts `device` on; empty when it names none."""
+    if device.type == "gpu":
+        return device.uuid
+    if device.type != "mig":
+        return ""
+    found = index.mig_by_uuid.get(device.uuid) if device.uuid else None
+    return found[0].identity.uuid if found is not None else device.parent_uuid
+
+
+def named_gpu(name: DraDeviceName | None, index: DraIndex) -> GpuSnapshot | None:
+    """The GPU NVML gives the minor number of a name in the driver's convention."""
+    return None if name is None else index.by_minor.get(name.minor)
+
+
+def _by_name(gpu: GpuSnapshot, name: DraDeviceName) -> DraTarget | str:
+    return DraTarget(gpu.identity.uuid) if not name.mig else _by_placement(gpu, name, "")
+
+
 def resolve_dra_device(driver: str, pool: str, device: str, index: DraIndex) -> DraTarget | str:
     """The NVML device behind (driver, pool, device), or the reason there is none."""
     if driver != NVIDIA_GPU_DRIVER:
         return FOREIGN_DRIVER
     name = parse_dra_device_name(device)
+    gpu = named_gpu(name, index)
     announced = index.slices.get((pool, device))
     if announced is not None:
+        placed_on = slice_gpu(announced, index)
+        if gpu is not None and name is not None and placed_on not in ("", gpu.identity.uuid):
+            found = _by_name(gpu, name)
+            if isinstance(found, DraTarget):
+                return replace(found, slice_conflict=True)
+            return SLICE_CONFLICT
         found = _from_slice(announced, name, index)
         if found is not None:
             return found
     if name is None:
         return UNKNOWN_NAME
-    gpu = index.by_minor.get(name.minor)
     if gpu is None:
         return NO_SUCH_GPU
-    if not name.mig:
-        return DraTarget(gpu.identity.uuid)
-    return _by_placement(gpu, name, "")
+    return _by_name(gpu, name)
 
 
 def dra_resource(driver: str, target: DraTarget | None, announced: SliceDevice | None) -> str:

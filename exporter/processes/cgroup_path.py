@@ -1,8 +1,9 @@
 """The pod and container a process belongs to, read from the text of `/proc/<pid>/cgroup`.
 
 The layouts, and the sources they were checked against, are in docs/process-accounting.md,
-'Cgroup layouts'. Parsing is strict: a path that does not follow a kubelet layout is not a pod's,
-so a host process can never be mistaken for one.
+'Cgroup layouts'. Parsing is strict: a path that does not follow a kubelet layout, from the top
+of the hierarchy down, is not a pod's, so a host process can never be mistaken for one, even one
+moved into a cgroup named like a pod's under a login user's delegated subtree.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ _CONTAINER_SEGMENT = re.compile(
     rf"(?:cri-containerd|crio|docker)-(?P<scope>{_ID})\.scope|crio-(?P<crio>{_ID})|(?P<bare>{_ID})"
 )
 _QOS_CLASSES = frozenset({"burstable", "besteffort"})
+_BARE_ID = re.compile(_ID)
+_NODE_SCOPE = re.compile(rf"docker-{_ID}\.scope")
+# systemd's units that may hold cgroups; a kubelet's cgroupfs hierarchy is never below one.
+_UNIT_SUFFIXES = (".slice", ".scope", ".service")
 # Where the cgroup hierarchy above a path is hidden by the reader's cgroup namespace, the kernel
 # writes ".." for each level, so "kubepods" itself may read as "..".
 _HIDDEN_ANCESTOR = ".."
@@ -49,15 +54,25 @@ def pod_cgroup(cgroup_text: str) -> PodCgroup | None:
 
 
 def pod_cgroup_of_path(path: str) -> PodCgroup | None:
-    """The pod and container named by one cgroup path (the part after the second ':')."""
+    """The pod and container named by one cgroup path (the part after the second ':').
+
+    The pod's cgroup counts only where the kubelet makes it: its hierarchy must start at the top
+    of what the path shows (after the `..` of a cgroup namespace and a kind or minikube node's
+    own container, if any), or below plain directories of a cgroupfs `--cgroup-root`. Anywhere
+    else it could be a login user's look-alike: systemd hands every user a subtree
+    (`/user.slice/user-<uid>.slice/user@<uid>.service/...`) in which any name can be created,
+    and /var/log/containers tells anyone a pod's UID and container IDs."""
     segments = [segment for segment in path.split("/") if segment]
-    for index, segment in enumerate(segments):
-        uid = _systemd_pod_uid(segment) or _cgroupfs_pod_uid(segments, index)
-        if uid is None:
-            continue
-        following = segments[index + 1] if index + 1 < len(segments) else ""
-        return PodCgroup(uid, container_id_of_segment(following))
-    return None
+    hidden = 0
+    while hidden < len(segments) and segments[hidden] == _HIDDEN_ANCESTOR:
+        hidden += 1
+    top = hidden + _node_container_length(segments[hidden:])
+    found = _systemd_pod(segments, top) or _cgroupfs_pod(segments, top)
+    if found is None:
+        return None
+    uid, pod_index = found
+    following = segments[pod_index + 1] if pod_index + 1 < len(segments) else ""
+    return PodCgroup(uid, container_id_of_segment(following))
 
 
 def container_id_of_segment(segment: str) -> str:
@@ -85,12 +100,44 @@ def _paths_by_preference(cgroup_text: str) -> list[str]:
     return [path for _rank, path in sorted(ranked, key=lambda item: item[0])]
 
 
-def _systemd_pod_uid(segment: str) -> str | None:
-    """`kubepods-burstable-pod<uid>.slice`: systemd spells the whole ancestry in the slice's
-    name, with each "-" inside a part escaped as "_"."""
+def _node_container_length(segments: list[str]) -> int:
+    """How many leading segments are a kind or minikube node's own container, seen from the host
+    that runs it: `/docker/<id>` (cgroupfs) or `/system.slice/docker-<id>.scope` (systemd). Only
+    root can place a container there: rootless engines put theirs under the user's subtree."""
+    if len(segments) >= 2:
+        if segments[0] == "docker" and _BARE_ID.fullmatch(segments[1]):
+            return 2
+        if segments[0] == "system.slice" and _NODE_SCOPE.fullmatch(segments[1]):
+            return 2
+    return 0
+
+
+def _systemd_pod(segments: list[str], top: int) -> tuple[str, int] | None:
+    """(pod UID, index of the pod's slice) when the segments from `top` are an unbroken chain of
+    slices ending in a pod's: systemd names each slice after its parent plus one `-` component,
+    and hands users subtrees only under a service or scope, never as a slice of this chain."""
+    parent: list[str] | None = None
+    for index in range(top, len(segments)):
+        parts = _slice_parts(segments[index])
+        if parts is None or (parent is not None and parts[:-1] != parent):
+            return None
+        uid = _systemd_pod_uid(parts)
+        if uid is not None:
+            return uid, index
+        parent = parts
+    return None
+
+
+def _slice_parts(segment: str) -> list[str] | None:
     if not segment.endswith(".slice"):
         return None
     parts = segment.removesuffix(".slice").split("-")
+    return parts if all(parts) else None
+
+
+def _systemd_pod_uid(parts: list[str]) -> str | None:
+    """`kubepods-burstable-pod<uid>.slice`: systemd spells the whole ancestry in the slice's
+    name, with each "-" inside a part escaped as "_"."""
     if len(parts) < 2 or not parts[-1].startswith("pod") or "kubepods" not in parts[:-1]:
         return None
     between = parts[parts.index("kubepods") + 1 : -1]
@@ -99,17 +146,32 @@ def _systemd_pod_uid(segment: str) -> str | None:
     return _canonical_uid(parts[-1].removeprefix("pod").replace("_", "-"))
 
 
-def _cgroupfs_pod_uid(segments: list[str], index: int) -> str | None:
-    """`kubepods/[burstable|besteffort/]pod<uid>`, under any cgroup root."""
-    segment = segments[index]
-    if not segment.startswith("pod") or segment.endswith(".slice"):
+def _cgroupfs_pod(segments: list[str], top: int) -> tuple[str, int] | None:
+    """(pod UID, index of the pod's directory) for `[burstable|besteffort/]pod<uid>` at the top
+    of a cgroup namespace's view (`kubepods` is one of the hidden levels), or for
+    `kubepods/[burstable|besteffort/]pod<uid>` below plain directories only (the kubelet's
+    `--cgroup-root`, kind's `/kubelet`). A systemd unit above it is a user's or a service's."""
+    if top > 0 and segments[top - 1] == _HIDDEN_ANCESTOR:
+        found = _cgroupfs_pod_at(segments, top)
+        if found is not None:
+            return found
+    for index in range(top, len(segments)):
+        segment = segments[index]
+        if segment == "kubepods":
+            return _cgroupfs_pod_at(segments, index + 1)
+        if segment.endswith(_UNIT_SUFFIXES) or segment == _HIDDEN_ANCESTOR:
+            return None
+    return None
+
+
+def _cgroupfs_pod_at(segments: list[str], index: int) -> tuple[str, int] | None:
+    """`[burstable|besteffort/]pod<uid>` from `index`."""
+    if index < len(segments) and segments[index] in _QOS_CLASSES:
+        index += 1
+    if index >= len(segments) or not segments[index].startswith("pod"):
         return None
-    above = segments[:index]
-    if above and above[-1] in _QOS_CLASSES:
-        above = above[:-1]
-    if not above or above[-1] not in ("kubepods", _HIDDEN_ANCESTOR):
-        return None
-    return _canonical_uid(segment.removeprefix("pod"))
+    uid = _canonical_uid(segments[index].removeprefix("pod"))
+    return None if uid is None else (uid, index)
 
 
 def is_pod_uid(text: str) -> bool:

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.processes.cgroup_path import PodCgroup, container_id_of_segment, pod_cgroup
-from exporter.processes.kubelet_logs import KubeletLogIndex
+from exporter.processes.kubelet_logs import ContainerNames, KubeletLogIndex, PodNames
 from exporter.processes.owner import EXITED, HOST, OTHER_PID_NAMESPACE, ProcessOwner
+from exporter.processes.proc_files import NotRegularFile, read_head
 
 log = logging.getLogger(__name__)
 
@@ -37,27 +38,9 @@ _FLAGS_INDEX = 9 - 3
 # include/linux/sched.h: set on kernel threads, which only the initial PID namespace lists.
 _PF_KTHREAD = 0x00200000
 _KTHREADD_PID = 2
-
-
-def read_head(path: Path, limit: int) -> str:
-    """At most `limit` bytes of a file, decoded leniently (a process's cgroup path may hold any
-    byte). Raises OSError as open() does. Tests wrap it to count reads."""
-    # os.open and os.read skip the file object: this runs for every GPU process on every sweep.
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks: list[bytes] = []
-        left = limit
-        while left > 0:
-            chunk = os.read(fd, left)
-            chunks.append(chunk)
-            # procfs answers a read with all it has up to the size asked, so a short read is
-            # the end; stopping there saves the extra read that would return nothing.
-            if len(chunk) < left:
-                break
-            left -= len(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode("utf-8", "replace")
+# Paths refused as not regular files, each logged once; past this many the memory is reset (a
+# tree that full of them says so again, which is no flood at one line per path).
+_REFUSED_LOGGED_CAP = 1024
 
 
 @dataclass(slots=True)
@@ -96,6 +79,7 @@ class HostPidOwners:
         self._host_namespace = False
         self._checked_at: float | None = None
         self._said_partial = False
+        self._refused_logged: set[str] = set()
 
     def owner(self, pid: int) -> ProcessOwner | str:
         now = self._clock()
@@ -108,6 +92,8 @@ class HostPidOwners:
         except PermissionError:
             # hidepid=1 lists the directory but denies its files to other users.
             return OTHER_PID_NAMESPACE
+        except NotRegularFile as refused:
+            return self._refused(pid, refused)
         except (OSError, ValueError):
             return self._vanished(pid)
         entry = self._cache.get(pid)
@@ -135,6 +121,8 @@ class HostPidOwners:
             text = read_head(self._proc / str(pid) / "cgroup", CGROUP_READ_LIMIT)
         except PermissionError:
             return OTHER_PID_NAMESPACE
+        except NotRegularFile as refused:
+            return self._refused(pid, refused)
         except OSError:
             # Its stat was there a moment ago.
             return EXITED
@@ -151,21 +139,62 @@ class HostPidOwners:
         self._remember(pid, _Entry(start_time, owner, named, now))
         return owner
 
+    @property
+    def log_name_conflicts(self) -> int:
+        """Container IDs and pod UIDs that the kubelet's log names give more than one name."""
+        return self._logs.conflicts
+
     def _named(self, owner: ProcessOwner) -> tuple[ProcessOwner, bool]:
         """The owner with the names the kubelet's logs give, and whether they gave all there are
         to give. A pod the logs do not name keeps its UID alone: the exposition can still name it
         from the Kubernetes view, so it is not reported as an unknown container here."""
-        names = self._logs.container(owner.container_id) if owner.container_id else None
-        if names is not None:
+        names = self._logs.containers(owner.container_id) if owner.container_id else ()
+        if len(names) == 1:
+            [only] = names
             complete = ProcessOwner(
-                owner.pod_uid, owner.container_id, names.namespace, names.pod, names.container
+                owner.pod_uid, owner.container_id, only.namespace, only.pod, only.container
             )
             return complete, True
+        if names:
+            # Every name goes to the join, which asks the API server first: the directory of the
+            # UID is only the kubelet's word where nobody rewrote /var/log. Asked again on each
+            # lookup (dictionary lookups), so that once a rescan no longer finds the conflict the
+            # process is named without waiting for its cache entry to go.
+            candidates = tuple((n.namespace, n.pod, n.container) for n in names)
+            pod = self._pod_directory_agreeing(owner.pod_uid, names)
+            namespace, pod_name = (pod.namespace, pod.pod) if pod is not None else ("", "")
+            conflicted = ProcessOwner(
+                owner.pod_uid, owner.container_id, namespace, pod_name, name_candidates=candidates
+            )
+            return conflicted, False
         pod = self._logs.pod(owner.pod_uid)
         if pod is None:
             return owner, False
         partial = ProcessOwner(owner.pod_uid, owner.container_id, pod.namespace, pod.pod)
         return partial, not owner.container_id
+
+    def _refused(self, pid: int, refused: NotRegularFile) -> str:
+        """A FIFO, device or the like where procfs has a regular file: not the kernel's /proc, so
+        nothing about this PID can be believed; it is skipped, every other PID still read."""
+        self._cache.pop(pid, None)
+        where = str(refused.path)
+        if where not in self._refused_logged:
+            if len(self._refused_logged) >= _REFUSED_LOGGED_CAP:
+                self._refused_logged.clear()
+            self._refused_logged.add(where)
+            log.warning("processes collector: skipping PID %d: %s", pid, refused)
+        return OTHER_PID_NAMESPACE
+
+    def _pod_directory_agreeing(
+        self, pod_uid: str, names: tuple[ContainerNames, ...]
+    ) -> PodNames | None:
+        """The pod the UID's log directory names, when it is one of `names`' pods. The UID is the
+        kernel's (the cgroup's); its directory counts only when it is the only one naming that
+        UID, since a second would be as much a forgery as a second symlink."""
+        pod = self._logs.pod(pod_uid)
+        if pod is None or not any((n.namespace, n.pod) == (pod.namespace, pod.pod) for n in names):
+            return None
+        return pod
 
     def _vanished(self, pid: int) -> str:
         if self._cache.pop(pid, None) is not None:

@@ -8,14 +8,19 @@ in docs/process-accounting.md, 'Kubelet log layout'.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import astuple, dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from exporter.processes.cgroup_path import is_pod_uid
+
+log = logging.getLogger(__name__)
 
 CONTAINERS_DIR = "containers"
 PODS_DIR = "pods"
@@ -34,6 +39,8 @@ DEFAULT_RESCAN_INTERVAL_S = 10.0
 # Per directory: a node runs at most a few hundred pods, so this is only reached by a directory
 # that is not the kubelet's, and it bounds both the scan's time and the index's memory.
 DEFAULT_MAX_ENTRIES = 50_000
+# A conflict's log line names this many of its names at most, so it stays one short line.
+_NAMES_LOGGED = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +54,9 @@ class ContainerNames:
 class PodNames:
     namespace: str
     pod: str
+
+
+_Names = TypeVar("_Names", ContainerNames, PodNames)
 
 
 def parse_container_log_name(name: str) -> tuple[str, ContainerNames] | None:
@@ -84,7 +94,13 @@ def parse_pod_log_dir_name(name: str) -> tuple[str, PodNames] | None:
 class KubeletLogIndex:
     """container ID -> names and pod UID -> names, from `<log_root>/containers` and
     `<log_root>/pods`. Scanned lazily: on the first lookup, then again on a miss at most once per
-    `rescan_interval_s`, so a sweep that finds only known containers lists no directory."""
+    `rescan_interval_s`, so a sweep that finds only known containers lists no directory.
+
+    The kubelet names a container ID once and a pod UID once. A second name is a leftover or a
+    forgery (a pod that mounts the host's /var/log writable can add one), so no name is picked by
+    listing order: `container` and `pod` answer only a single name, `containers` gives every
+    one, for the caller to choose by what the kubelet itself says; each conflict is counted in
+    `conflicts` and logged once."""
 
     def __init__(
         self,
@@ -98,35 +114,73 @@ class KubeletLogIndex:
         self._clock = clock
         self._rescan_interval_s = rescan_interval_s
         self._max_entries = max_entries
-        self._containers: dict[str, ContainerNames] = {}
-        self._pods: dict[str, PodNames] = {}
+        # Every name of each ID and UID, sorted, so the listing order decides nothing.
+        self._containers: dict[str, tuple[ContainerNames, ...]] = {}
+        self._pods: dict[str, tuple[PodNames, ...]] = {}
         self._scanned_at: float | None = None
         self.scans = 0
         # Whether the last scan stopped at max_entries in either directory.
         self.truncated = False
+        # Container IDs and pod UIDs with more than one name in the last scan.
+        self._conflicting: frozenset[str] = frozenset()
 
-    def container(self, container_id: str) -> ContainerNames | None:
+    @property
+    def conflicts(self) -> int:
+        """Container IDs and pod UIDs the last scan found more than one name for."""
+        return len(self._conflicting)
+
+    def containers(self, container_id: str) -> tuple[ContainerNames, ...]:
+        """Every name the log symlinks give the container: one, or none, unless they conflict."""
         found = self._containers.get(container_id)
         if found is None and self._may_rescan():
             self.rescan()
             found = self._containers.get(container_id)
-        return found
+        return found or ()
+
+    def container(self, container_id: str) -> ContainerNames | None:
+        """The container's one name; None when the logs give none, or several."""
+        found = self.containers(container_id)
+        return found[0] if len(found) == 1 else None
 
     def pod(self, pod_uid: str) -> PodNames | None:
+        """The pod's one name; None when no directory names it, or several do."""
         found = self._pods.get(pod_uid)
         if found is None and self._may_rescan():
             self.rescan()
             found = self._pods.get(pod_uid)
-        return found
+        return found[0] if found is not None and len(found) == 1 else None
 
     def rescan(self) -> None:
         self._scanned_at = self._clock()
         self.scans += 1
         container_names, containers_cut = self._names(self._root / CONTAINERS_DIR, dirs=False)
         pod_names, pods_cut = self._names(self._root / PODS_DIR, dirs=True)
-        self._containers = dict(filter(None, map(parse_container_log_name, container_names)))
-        self._pods = dict(filter(None, map(parse_pod_log_dir_name, pod_names)))
+        self._containers = _grouped(map(parse_container_log_name, container_names))
+        self._pods = _grouped(map(parse_pod_log_dir_name, pod_names))
         self.truncated = containers_cut or pods_cut
+        self._note_conflicts()
+
+    def _note_conflicts(self) -> None:
+        conflicting = {
+            key: names
+            for table in (self._containers, self._pods)
+            for key, names in table.items()
+            if len(names) > 1
+        }
+        # Logged when first seen, not on every scan while it lasts.
+        for key in sorted(conflicting.keys() - self._conflicting):
+            names = conflicting[key]
+            shown = ", ".join("/".join(astuple(n)) for n in names[:_NAMES_LOGGED])
+            more = f" and {len(names) - _NAMES_LOGGED} more" if len(names) > _NAMES_LOGGED else ""
+            log.warning(
+                "processes collector: the kubelet's log names under %s disagree: %s is named "
+                "%s%s; its processes are named only from what the kubelet reports",
+                self._root,
+                key,
+                shown,
+                more,
+            )
+        self._conflicting = frozenset(conflicting)
 
     def missing(self) -> str | None:
         """Why the index can name nothing here, in one line; None when it can."""
@@ -155,6 +209,14 @@ class KubeletLogIndex:
             if entry.is_dir(follow_symlinks=False) == dirs:
                 names.append(entry.name)
         return names, False
+
+
+def _grouped(pairs: Iterable[tuple[str, _Names] | None]) -> dict[str, tuple[_Names, ...]]:
+    grouped: defaultdict[str, set[_Names]] = defaultdict(set)
+    for pair in pairs:
+        if pair is not None:
+            grouped[pair[0]].add(pair[1])
+    return {key: tuple(sorted(values, key=astuple)) for key, values in grouped.items()}
 
 
 def _entries(directory: Path) -> Iterator[os.DirEntry[str]]:

@@ -23,10 +23,22 @@ class ProcessOwner:
     namespace: str = ""
     pod: str = ""
     container: str = ""
+    # Set only when the log names of the container disagree (two symlinks for one container
+    # ID): every (namespace, pod, container) they give. `container` is then empty, and
+    # `namespace` and `pod` are the pod UID's one /var/log/pods directory where it names one of
+    # the candidates' pods, else empty too. The join picks among them by what the API server
+    # and the kubelet report (pod_usage.py), never by listing order.
+    name_candidates: tuple[tuple[str, str, str], ...] = ()
 
 
 class PidOwners(Protocol):
-    """pid -> owner, or the reason there is none. Implementations cache per (pid, start time)."""
+    """pid -> owner, or the reason there is none. Implementations cache per (pid, start time).
+
+    One member is optional, so that an owner table that reads no kubelet logs (a test's, an
+    embedder's) need not invent it: `log_name_conflicts`, an int, the container IDs and pod UIDs
+    to which the kubelet's log names give more than one name (a leftover or forged name; the
+    processes concerned are named only from what the kubelet reports). Read it through
+    `log_name_conflicts()`, which answers None where an implementation does not count them."""
 
     def owner(self, pid: int) -> ProcessOwner | str: ...
 
@@ -34,3 +46,11 @@ class PidOwners(Protocol):
         """Why process attribution cannot work here (no host PID namespace, unreadable proc
         root), in one line; None when it can."""
         ...
+
+
+def log_name_conflicts(owners: PidOwners) -> int | None:
+    """PidOwners' optional `log_name_conflicts`, or None where `owners` does not count them.
+    Read on the sweep thread: implementations answer from their last log scan, never scan."""
+    found = getattr(owners, "log_name_conflicts", None)
+    # bool is an int to Python, but never a count.
+    return found if isinstance(found, int) and not isinstance(found, bool) else None

@@ -295,12 +295,9 @@ class FakeKubeApi:
             self._json(handler, 200, self._listing(resource, selector, shape))
 
     def _matches(self, resource: str, obj: dict, selector: str) -> bool:
-        if resource == "pods":
-            return selector == f"spec.nodeName={obj.get('spec', {}).get('nodeName')}"
-        if resource == SLICES:
-            # Without a selector the real server answers with every node's slices.
-            return not selector or selector == f"spec.nodeName={obj['spec'].get('nodeName')}"
-        return selector == f"metadata.name={obj['metadata'].get('name')}"
+        # Every requirement of a field selector holds, as on the real server
+        # (`spec.nodeName=n,spec.driver=d`); without a selector, everything matches.
+        return all(_field(obj, f) == v for f, v in field_requirements(selector))
 
     def _listing(self, resource: str, selector: str, shape: Callable[[dict], dict]) -> dict:
         with self.cond:
@@ -380,6 +377,22 @@ class FakeKubeApi:
             chunk(b"")
         except (BrokenPipeError, ConnectionResetError):
             pass
+
+
+def field_requirements(selector: str) -> list[tuple[str, str]]:
+    """(field, value) of each `field=value` or `field==value` in a field selector."""
+    out = []
+    for part in filter(None, selector.split(",")):
+        field, _, value = part.partition("=")
+        out.append((field, value.removeprefix("=")))
+    return out
+
+
+def _field(obj: dict, path: str) -> str:
+    value: object = obj
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
 
 
 def _as_is(obj: dict) -> dict:

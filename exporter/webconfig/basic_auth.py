@@ -21,6 +21,11 @@ restart is not cached yet. So checks that must wait are not served first come, f
 
 The user name plays no part in the order: precedence for existing users would tell a flooding
 client which names exist.
+
+The users are those of the last good web config (live_users.py): a user removed or a password
+changed by a reload is refused from the next request on, remembered successes included, and a
+check still running at the reload counts only if its user and hash are still there. Without any
+user, every request is let through, as exporter-toolkit does.
 """
 
 from __future__ import annotations
@@ -31,7 +36,6 @@ import binascii
 import hashlib
 import heapq
 import hmac
-import ipaddress
 import itertools
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
@@ -39,6 +43,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import bcrypt
 from aiohttp import web
+
+from exporter.client_address import client_key
+from exporter.webconfig.live_users import LiveUsers
 
 REALM = "kube-gpu-exporter"
 # bcrypt only reads 72 bytes; longer passwords are refused rather than silently truncated.
@@ -65,26 +72,10 @@ def parse_authorization(header: str) -> tuple[str, str] | None:
     return (user, password) if sep else None
 
 
-def client_key(remote: str | None) -> str:
-    """The address a client is accounted under: an IPv6 client can pick any of the 2^64
-    addresses of its /64, so the /64 is one client."""
-    if not remote:
-        return ""
-    try:
-        address = ipaddress.ip_address(remote)
-    except ValueError:
-        return remote
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return str(address.ipv4_mapped)
-        return str(ipaddress.IPv6Network((address, 64), strict=False))
-    return str(address)
-
-
 class BasicAuth:
     def __init__(
         self,
-        users: Mapping[str, bytes],
+        users: Mapping[str, bytes] | LiveUsers,
         *,
         max_concurrent: int = 2,
         per_client: int = 32,
@@ -93,12 +84,11 @@ class BasicAuth:
         clients_remembered: int = 4096,
         checkpw: Callable[[bytes, bytes], bool] = bcrypt.checkpw,
     ) -> None:
-        if not users:
-            raise ValueError("BasicAuth needs at least one user")
-        self._users = [(name.encode(), hashed) for name, hashed in users.items()]
-        # What an unknown user's password is checked against: a real hash, the slowest one, so no
-        # user answers more slowly than a name that does not exist ("$2b$12$..." -> cost 12).
-        self._dummy = max(self._users, key=lambda entry: entry[1][4:6])[1]
+        # Read again whenever the web config is re-read; none means no authentication.
+        self._live = users if isinstance(users, LiveUsers) else LiveUsers(users)
+        self._generation = -1
+        self._users: list[tuple[bytes, bytes]] = []
+        self._dummy = b""
         self._checkpw = checkpw
         self._pool = ThreadPoolExecutor(max_concurrent, thread_name_prefix="bcrypt")
         self._max_concurrent = max_concurrent
@@ -113,10 +103,34 @@ class BasicAuth:
         # bounded, and forgetting an address only moves it forward, never blocks it.
         self._failures: OrderedDict[str, int] = OrderedDict()
         self._clients_remembered = clients_remembered
-        self._verified: OrderedDict[bytes, None] = OrderedDict()
+        # Digest of user and password -> (user, the hash they matched), so that a password
+        # changed or a user removed by a reload is dropped from it.
+        self._verified: OrderedDict[bytes, tuple[bytes, bytes]] = OrderedDict()
         self._cache_size = cache_size
         self.bcrypt_checks = 0
         self.refused = 0
+        self._follow()
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any user is configured now; without one every request is let through, as
+        exporter-toolkit does for a web config without basic_auth_users."""
+        self._follow()
+        return bool(self._users)
+
+    def _follow(self) -> None:
+        """Take up the users as the last good web config has them, once per change."""
+        if self._live.generation == self._generation:
+            return
+        self._generation = self._live.generation
+        users = self._live.users
+        self._users = [(name.encode(), hashed) for name, hashed in users.items()]
+        # What an unknown user's password is checked against: a real hash, the slowest one, so no
+        # user answers more slowly than a name that does not exist ("$2b$12$..." -> cost 12).
+        self._dummy = max((hashed for _, hashed in self._users), key=lambda h: h[4:6], default=b"")
+        for digest, (user, hashed) in list(self._verified.items()):
+            if users.get(user.decode()) != hashed:
+                del self._verified[digest]
 
     def _lookup(self, user: bytes) -> bytes | None:
         # Every name is compared, each in constant time, whatever matches.
@@ -129,6 +143,9 @@ class BasicAuth:
     async def verify(self, user: str, password: str, client: str = "") -> bool:
         """Whether `user` and `password` match; raises TooManyChecks instead of queueing more
         checks for `client` (a key from client_key) than its share."""
+        self._follow()
+        if not self._users:
+            return False
         user_bytes, secret = user.encode(), password.encode()
         digest = hashlib.sha256(user_bytes + b"\0" + secret).digest()
         if digest in self._verified:
@@ -168,9 +185,12 @@ class BasicAuth:
 
         future.add_done_callback(finished)
         matches = await asyncio.shield(future)
-        ok = matches and long_enough
+        # The users may have been re-read while bcrypt ran: a password changed or a user removed
+        # meanwhile no longer lets this request in.
+        self._follow()
+        ok = matches and long_enough and self._lookup(user_bytes) == against
         if ok:
-            self._verified[digest] = None
+            self._verified[digest] = (user_bytes, against)
             if len(self._verified) > self._cache_size:
                 self._verified.popitem(last=False)
         return ok
@@ -231,6 +251,8 @@ class BasicAuth:
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not self.enabled:
+            return await handler(request)
         credentials = parse_authorization(request.headers.get("Authorization", ""))
         try:
             ok = credentials is not None and await self.verify(

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import re
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from exporter import small_yaml
 from exporter.config import ConfigurationError
+from exporter.webconfig.live_users import LiveUsers
 
 MAX_FILE_BYTES = 1 << 20
 # Modular crypt format of bcrypt: $2a$/$2b$/$2y$, a two-digit cost, 53 characters of salt+hash.
@@ -75,6 +76,12 @@ class WebSecurity:
     headers: tuple[tuple[str, str], ...] = ()
     # Keys accepted but ignored, one sentence each, for the caller to log.
     warnings: tuple[str, ...] = ()
+    # The users a server started with this config checks passwords against now: the reloader
+    # replaces them when the file is re-read. State, not what the file says, so not compared.
+    live_users: LiveUsers = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "live_users", LiveUsers(self.basic_auth_users))
 
 
 class _Reader:

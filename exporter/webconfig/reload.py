@@ -9,10 +9,12 @@ time means the whole web config is read again and checked as at startup. Kuberne
 swap of a mounted Secret changes the inode, so it is seen. A file that does not load keeps the
 last good certificate serving and is logged once, until the files change again.
 
-Only the certificate, key and client CA can change under a running server: OpenSSL fixes the
-client-auth mode and TLS versions of a connection when it is created, and basic auth and extra
-headers are set up with the HTTP app. A change to any of those is logged once as needing a
-restart, and the new certificate, key and CA are served meanwhile.
+The certificate, key and client CA apply to new connections, and basic_auth_users to the next
+request, as in exporter-toolkit: a removed user or a changed password is refused at once, and the
+passwords remembered as checked are forgotten for them (live_users.py). OpenSSL fixes the
+client-auth mode and TLS versions of a connection when it is created, and the extra headers are
+set up with the HTTP app: a change to any of those is logged once as needing a restart, and the
+rest of the file applies meanwhile.
 """
 
 from __future__ import annotations
@@ -73,8 +75,6 @@ def restart_needed(running: WebSecurity, new: WebSecurity) -> list[str]:
         for key in ("client_auth_type", "client_allowed_sans", "min_version", "max_version"):
             if getattr(running.tls, key) != getattr(new.tls, key):
                 changed.append(f"tls_server_config.{key}")
-    if running.basic_auth_users != new.basic_auth_users:
-        changed.append("basic_auth_users")
     if running.headers != new.headers:
         changed.append("http_server_config.headers")
     return changed
@@ -154,6 +154,7 @@ class WebConfigReloader:
         self._signature = signature if files == _files(self._live) else _signature(files)
         self._live = new
         self.reloads += 1
+        users = self._running.live_users.replace(new.basic_auth_users)
         later = restart_needed(self._running, new)
         if later and (always_log or later != self._restart_asked):
             log.warning(
@@ -162,15 +163,22 @@ class WebConfigReloader:
                 ", ".join(later),
             )
         self._restart_asked = later
+        applied = f"; basic_auth_users: {users}" if users else ""
+        if users and not new.basic_auth_users:
+            log.warning(
+                "web config %s has no basic_auth_users now: requests are served without a password",
+                source,
+            )
         if self._served is not None and new.ssl_context is not None and new.tls is not None:
             self._current = new.ssl_context
             log.info(
-                "web config %s re-read (%s): new TLS connections get certificate %s (sha256 %s)",
+                "web config %s re-read (%s): new TLS connections get certificate %s (sha256 %s)%s",
                 source,
                 why,
                 new.tls.cert_file,
                 fingerprint(new.tls.cert_file),
+                applied,
             )
         else:
-            log.info("web config %s re-read (%s)", source, why)
+            log.info("web config %s re-read (%s)%s", source, why, applied)
         return True
