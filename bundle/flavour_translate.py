@@ -68,8 +68,8 @@ class Translator:
             # promtool adds the step up in floats (0.1 * 15 -> 1.5000000000000002): spelling
             # each value out keeps the expected samples exact.
             step = Fraction(match["step"]) * factor * (-1 if match["sign"] == "-" else 1)
-            count = int(match["count"] or 0)
-            return " ".join(number(start + step * i) for i in range(count + 1))
+            steps = int(match["count"] or 0)
+            return " ".join(number(start + step * i) for i in range(steps + 1))
 
         return " ".join(scale(token) for token in values.split())
 

@@ -85,7 +85,7 @@ def _changes(current: Any, overrides: dict[Any, Any], prefix: str) -> dict[str, 
 
 
 def _value(current: Any, hint: Any, value: Any, path: str) -> Any:
-    if dataclasses.is_dataclass(current):
+    if dataclasses.is_dataclass(current) and not isinstance(current, type):
         if not isinstance(value, dict):
             raise _Refused(f"{path}: expected a mapping, got {_kind(value)}")
         return dataclasses.replace(current, **_changes(current, value, path + "."))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from bundle.localstack.prometheus_api import PrometheusAPI
@@ -91,12 +92,17 @@ def resolve_variables(
     return resolved
 
 
+def _literal(text: str, _match: re.Match[str]) -> str:
+    """re.sub's replacement for `text` as it stands: a string would have its backslashes read."""
+    return text
+
+
 def substitute(expr: str, variables: dict[str, str], macros: dict[str, str] | None = None) -> str:
     # Longest names first, so `$__range_s` is not read as `$__range` followed by `_s`.
     for name, value in sorted((macros or {}).items(), key=lambda kv: -len(kv[0])):
         expr = expr.replace(name, value)
     for name, value in variables.items():
-        expr = re.sub(rf"\$(?:{name}\b|\{{{name}\}})", lambda _, v=value: v, expr)
+        expr = re.sub(rf"\$(?:{name}\b|\{{{name}\}})", partial(_literal, value), expr)
     return expr
 
 

@@ -127,7 +127,9 @@ def _fix_panel(panel: dict[str, Any], panel_id: int, config: BundleConfig) -> No
     for key in DROP_PANEL_KEYS:
         panel.pop(key, None)
     if panel.get("type") == "row":
-        row = {k: panel[k] for k in ("id", "type", "title", "gridPos") if k in panel}
+        row: dict[str, Any] = {
+            k: panel[k] for k in ("id", "type", "title", "gridPos") if k in panel
+        }
         panel.clear()
         panel.update(row, collapsed=False, panels=[])
         return

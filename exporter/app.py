@@ -29,9 +29,11 @@ from exporter.exposition.context import AttributionContext
 from exporter.exposition.renderer import Renderer
 from exporter.exposition.scrape_schedule import ScrapeSchedule
 from exporter.exposition.store import ExpositionStore
+from exporter.nvml import mig_reader
 from exporter.nvml.binding import check_binding
 from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
 from exporter.poller import Poller
+from exporter.readiness import Problem, first_sync, node_readiness
 from exporter.scrape_cadence import helper_cadence
 from exporter.server import bind_listeners, build_app, serve
 from exporter.webconfig.reload import WebConfigReloader
@@ -84,13 +86,20 @@ def simulated_node(config: Config, fleet: Any = None) -> Iterator[tuple[Any, Any
     # First: without it the simulator cannot start, and a refusal is better said before anything.
     scratch = scratch_directory()
     log.info(
-        "simulating node %s with %d GPUs (driver %s)",
+        "simulating node %s with %d GPUs (driver %s, NVML %s)",
         fleet.node_name,
         len(fleet.gpus),
         fleet.driver_version,
+        "privileged" if fleet.nvml_privileged else "unprivileged, as the DaemonSet runs",
+    )
+    # The fleet chose it: the refusal lines a real unprivileged node logs would read as faults.
+    unprivileged = (
+        None
+        if fleet.nvml_privileged
+        else "the simulated node is unprivileged on purpose (its fleet sets nvml_privileged: false)"
     )
     nvml = FakeNvml(fleet).install()
-    with scratch as tmp:
+    with scratch as tmp, _set_while(mig_reader, "expected_refusal", unprivileged):
         kubelet = FakeKubelet(nvml, Path(tmp) / "kubelet.sock").start()
         log.info("fake kubelet pod-resources socket at %s", kubelet.socket_path)
         attribution = replace(config.attribution, socket_path=str(kubelet.socket_path))
@@ -111,6 +120,17 @@ def simulated_node(config: Config, fleet: Any = None) -> Iterator[tuple[Any, Any
         finally:
             kubelet.stop()
             nvml.uninstall()
+
+
+@contextlib.contextmanager
+def _set_while(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """`owner.name` is `value` inside the block, and what it was before again after it."""
+    before = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, before)
 
 
 def _with_simulated_cluster(
@@ -141,17 +161,39 @@ def _event_loop_runner() -> Callable:
     return uvloop.run
 
 
-def _kubernetes_watcher(config: Config):
-    from exporter.kubernetes.watcher import KubernetesWatcher
+class _ClientFactory:
+    """The Kubernetes watcher's API client factory, which remembers why it last failed: outside a
+    cluster without a kubeconfig, that is the whole reason the pod is not ready."""
 
-    def api_client() -> Any:
+    def __init__(self, config: Config) -> None:
+        self._kubeconfig = config.attribution.kubeconfig
+        self.last_error: str | None = None
+
+    def __call__(self) -> Any:
         import kubernetes
 
-        if config.attribution.kubeconfig:
-            kubernetes.config.load_kube_config(config_file=config.attribution.kubeconfig)
-        else:
-            kubernetes.config.load_incluster_config()
+        try:
+            if self._kubeconfig:
+                kubernetes.config.load_kube_config(config_file=self._kubeconfig)
+            else:
+                kubernetes.config.load_incluster_config()
+        except Exception as exc:
+            text = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            if self._kubeconfig:
+                self.last_error = f"cannot load {self._kubeconfig} ({text})"
+            else:
+                self.last_error = (
+                    f"no in-cluster service account ({text}); in a cluster, deploy with "
+                    "deploy/overlays/kubernetes-enrichment, which mounts its token; outside one, "
+                    "pass --kubernetes.kubeconfig"
+                )
+            raise
+        self.last_error = None
         return kubernetes.client.ApiClient()
+
+
+def _kubernetes_watcher(config: Config, api_client: _ClientFactory) -> KubernetesWatcher:
+    from exporter.kubernetes.watcher import KubernetesWatcher
 
     allowlist = config.attribution.pod_label_allowlist
     return KubernetesWatcher(
@@ -165,10 +207,13 @@ def _kubernetes_watcher(config: Config):
 
 
 def attribution_sources(
-    config: Config, schedule: ScrapeSchedule | None = None
+    config: Config,
+    schedule: ScrapeSchedule | None = None,
+    client_factory: _ClientFactory | None = None,
 ) -> tuple[PodResourcesWatcher | None, KubernetesWatcher | None]:
     """The pod-resources watcher and the Kubernetes watcher `config` asks for, not started.
-    With the exposition's scrape `schedule`, pod-resources is listed just before scrapes."""
+    With the exposition's scrape `schedule`, pod-resources is listed just before scrapes; the
+    Kubernetes watcher makes its API client with `client_factory` (a new one when None)."""
     pods = None
     if config.attribution.podresources_enabled:
         interval = config.collection.interval_seconds
@@ -178,7 +223,9 @@ def attribution_sources(
             config.attribution.extra_resources,
             cadence=None if schedule is None else helper_cadence(interval, schedule.next_scrape_in),
         )
-    kube = _kubernetes_watcher(config) if config.attribution.kubernetes_enabled else None
+    kube = None
+    if config.attribution.kubernetes_enabled:
+        kube = _kubernetes_watcher(config, client_factory or _ClientFactory(config))
     return pods, kube
 
 
@@ -203,6 +250,19 @@ def exposition_store(
         interval_seconds=config.collection.interval_seconds,
         schedule=schedule,
     )
+
+
+def kubernetes_readiness(kube: KubernetesWatcher, factory: _ClientFactory) -> Problem:
+    """Not ready until the API first answers this node's pod LIST; then ready for good
+    (exporter/readiness.py says why it latches). `factory` is the watcher's client factory,
+    whose last failure is the reason outside a cluster."""
+
+    def why_not() -> str:
+        # No failure count: readiness.ReadinessLog logs a reason again whenever it changes.
+        why = factory.last_error or "the 'Kubernetes API watch failed' lines say why"
+        return f"the Kubernetes API has not answered this node's pod LIST yet: {why}"
+
+    return first_sync(lambda: kube.view().pods_updated_at is not None, why_not)
 
 
 def with_node_name(config: Config, default_node_name: str) -> Config:
@@ -267,14 +327,20 @@ def serve_node(
     config = replace(config, web=replace(config.web, max_connections=cap))
     # Learnt from the scrapes the server sees; the collectors time their costly work by it.
     schedule = ScrapeSchedule()
-    pods, kube = attribution_sources(config, schedule)
+    client_factory = _ClientFactory(config)
+    pods, kube = attribution_sources(config, schedule, client_factory)
     store = exposition_store(config, pods, kube, schedule)
     poller = Poller(config.collection, store.publish, next_scrape_in=schedule.next_scrape_in)
     helpers = [h for h in (pods, kube) if h is not None]
     for helper in helpers:
         helper.start()
     poller.start()
-    app = build_app(store, config.web, lambda: thread_problem(poller, *helpers))
+    readiness = node_readiness(
+        lambda: store.latest,
+        poller.nvml_problem,
+        kubernetes_readiness(kube, client_factory) if kube is not None else None,
+    )
+    app = build_app(store, config.web, lambda: thread_problem(poller, *helpers), readiness)
     if extra_routes:
         extra_routes(app)
     try:
@@ -312,7 +378,7 @@ def run(
             nvml, kubelet, config = stack.enter_context(simulated_node(config, fleet))
             default_node_name = nvml.fleet.node_name
             extra_routes = functools.partial(add_control_routes, nvml=nvml, kubelet=kubelet)
-            log.info("simulator fault injection at %s/gpus (see README)", PREFIX)
+            log.info("simulator fault injection at %s/gpus (docs/simulator.md)", PREFIX)
         node_config = with_node_name(config, default_node_name)
         serve_node(node_config, on_listening, extra_routes, listeners)
     return 0

@@ -379,6 +379,7 @@ class GuardedHandler(RequestHandler):
             self._guard._handed_over(self._handshake)
             self._handshake = None
         super().connection_made(transport)
+        # asyncio's protocol API says BaseTransport; a stream server's is a Transport.
         self._guard._opened(self, transport)  # type: ignore[arg-type]
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -407,7 +408,7 @@ class GuardedHandler(RequestHandler):
             return
         transport = self.transport
         if transport is not None:
-            self._guard._refuse(self, transport)  # type: ignore[arg-type]
+            self._guard._refuse(self, transport)
             self.force_close()
 
 

@@ -62,3 +62,6 @@ def configure_logging(level: str, fmt: str) -> None:
     root.setLevel(LEVELS[level])
     # aiohttp logs every request at INFO; an exporter scraped every 15 s does not need that.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # The kubernetes client's urllib3 logs each of its own retries of a refused connection, three
+    # lines per watch per try; the watcher logs the failure itself, once, on one line.
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)

@@ -47,6 +47,31 @@ _NVML_GONE = (
     pynvml.NVMLError_LibraryNotFound,
 )
 _MAX_INIT_BACKOFF = 300.0
+# What to do about the ways nvmlInit fails on a machine that is not (yet) a working GPU node, in
+# the words a user acts on; the init error line and /readyz both say it.
+_INIT_ADVICE: tuple[tuple[type[BaseException], str], ...] = (
+    (
+        pynvml.NVMLError_LibraryNotFound,
+        "NVML's library (libnvidia-ml.so.1) is not on this machine: install the NVIDIA driver, "
+        "run on a GPU node (in a container, under the NVIDIA container runtime, which mounts the "
+        "library), or use --simulate to try the exporter without a GPU",
+    ),
+    (
+        pynvml.NVMLError_DriverNotLoaded,
+        "the NVIDIA kernel driver is not loaded: load it (nvidia-smi fails the same way until "
+        "then), run on a GPU node, or use --simulate to try the exporter without a GPU",
+    ),
+    (
+        pynvml.NVMLError_LibRmVersionMismatch,
+        "the NVML library and the loaded kernel driver are different versions (a driver upgraded "
+        "but not reloaded): reload the driver or reboot the node",
+    ),
+    (
+        pynvml.NVMLError_NoPermission,
+        "NVML may not open the GPU devices: run the container under the NVIDIA container runtime "
+        "with NVIDIA_VISIBLE_DEVICES=all",
+    ),
+)
 # A GPU read takes milliseconds; one that has not finished after this is hung or nearly so.
 _MAX_STALL_SECONDS = 0.25
 
@@ -127,6 +152,9 @@ class Poller(BackgroundThread):
         self._next_init_at = 0.0  # monotonic time of the next nvmlInit attempt
         self._init_backoff = Backoff(1.0, _MAX_INIT_BACKOFF, jitter=0.0)
         self._last_init_error: str | None = None
+        # Why the latest sweep found NVML not answering, for /readyz; None once it answers.
+        self._nvml_down: str | None = "no NVML sweep has finished yet"
+        self._init_failure: str | None = None  # the last nvmlInit failure, for _nvml_down
         self._driver_version: str | None = None
         self._handles: dict[int, Any] = {}
         self._identities: dict[int, tuple[GpuIdentity, float]] = {}
@@ -175,6 +203,11 @@ class Poller(BackgroundThread):
         except Exception as exc:  # the publish path may be what is broken; the age still shows
             log.warning("could not mark the last snapshot's collectors failed: %s", exc)
 
+    def nvml_problem(self) -> str | None:
+        """Why the latest sweep could not use NVML, with what to do about it; None when it could.
+        Set by the sweep thread, read by /readyz: one reference, swapped whole."""
+        return self._nvml_down
+
     def problem(self) -> str | None:
         """Why the poller or one of its helper threads can no longer refresh; None if all can."""
         return super().problem() or next(
@@ -204,6 +237,8 @@ class Poller(BackgroundThread):
                 else:
                     log.warning("nvmlDeviceGetCount failed: %s", exc)
                 nvml_ok = False
+                what = "went away" if isinstance(exc, _NVML_GONE) else "failed"
+                self._nvml_down = f"nvmlDeviceGetCount {what} ({error_name(exc)})"
             else:
                 gpus = self._read_devices(count, started)
                 self._forget_vanished(gpus)
@@ -213,6 +248,9 @@ class Poller(BackgroundThread):
         now = time.time()
         if nvml_ok:
             self._last_success_at = now
+            self._nvml_down = None
+        elif not self._initialized and self._init_failure:
+            self._nvml_down = self._init_failure
         self._sequence += 1
         collectors = (
             CollectorStatus("nvml", nvml_ok and all(g.up for g in gpus), duration),
@@ -376,15 +414,18 @@ class Poller(BackgroundThread):
             self._driver_version = str(pynvml.nvmlSystemGetDriverVersion())
         except NVMLError as exc:
             self._tally.record("nvmlInit", error_name(exc))
-            message = f"{exc} ({error_name(exc)})"
+            advice = next((a for kind, a in _INIT_ADVICE if isinstance(exc, kind)), None)
+            message = f"{exc} ({error_name(exc)})" + (f": {advice}" if advice else "")
             if message != self._last_init_error:
                 log.error("NVML initialisation failed: %s; retrying with backoff", message)
                 self._last_init_error = message
+            self._init_failure = f"nvmlInit failed with {error_name(exc)}: {advice or exc}"
             self._next_init_at = time.monotonic() + self._init_backoff.failed()
             return
         self._initialized = True
         self._init_backoff.succeeded()
         self._last_init_error = None
+        self._init_failure = None
         log.info("NVML initialised, driver %s", self._driver_version)
         for helper in self._helpers:
             if self._helper_threads or helper.needs_thread:

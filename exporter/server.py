@@ -15,6 +15,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -24,6 +25,7 @@ from exporter.config import ConfigurationError, WebConfig
 from exporter.connection_guard import KEEPALIVE_SECONDS, ConnectionGuard
 from exporter.exposition.store import ExpositionStore
 from exporter.exposition.text_format import CONTENT_TYPE
+from exporter.readiness import Problem, ReadinessLog, node_readiness
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,8 @@ GUARD_KEY: web.AppKey[ConnectionGuard] = web.AppKey("connection_guard", Connecti
 # (path, what it is) for the index page, beyond metrics and health: routes added after build_app,
 # such as the simulator's control API, list themselves here.
 INDEX_LINKS_KEY: web.AppKey[list[tuple[str, str]]] = web.AppKey("index_links", list)
+# The metrics path, for the address serve() logs.
+TELEMETRY_PATH_KEY: web.AppKey[str] = web.AppKey("telemetry_path", str)
 
 
 def accepts_gzip(header: str) -> bool:
@@ -58,6 +62,7 @@ class Handlers:
         config: WebConfig,
         thread_problem: Callable[[], str | None],
         guard: ConnectionGuard,
+        readiness: Problem,
     ):
         self._store = store
         self._config = config
@@ -65,6 +70,8 @@ class Handlers:
         # or None when all of them run.
         self._thread_problem = thread_problem
         self._guard = guard
+        # Why the node is not ready beyond being unhealthy (exporter/readiness.py), or None.
+        self._readiness = readiness
         self._started = time.monotonic()
 
     async def metrics(self, request: web.Request) -> web.Response:
@@ -103,9 +110,15 @@ class Handlers:
             return web.Response(status=503, text=f"unhealthy: {problem}\n")
         return web.Response(text="ok\n")
 
+    def readiness_problem(self) -> str | None:
+        """Why /readyz answers 503: what fails /healthz, or what readiness adds to it."""
+        unhealthy = self._health_problem()
+        return f"unhealthy: {unhealthy}" if unhealthy else self._readiness()
+
     async def readyz(self, request: web.Request) -> web.Response:
-        if self._store.latest is None:
-            return web.Response(status=503, text="not ready: no snapshot collected yet\n")
+        problem = self.readiness_problem()
+        if problem:
+            return web.Response(status=503, text=f"not ready: {problem}\n")
         return web.Response(text="ready\n")
 
     async def index(self, request: web.Request) -> web.Response:
@@ -127,21 +140,30 @@ class Handlers:
 
 
 def build_app(
-    store: ExpositionStore, config: WebConfig, thread_problem: Callable[[], str | None]
+    store: ExpositionStore,
+    config: WebConfig,
+    thread_problem: Callable[[], str | None],
+    readiness: Problem | None = None,
 ) -> web.Application:
+    """The exporter's web app. `readiness` says why the node is not ready (readiness.py's
+    node_readiness); without it, the store's latest snapshot alone decides."""
     guard = ConnectionGuard(config.max_connections, config.max_connections_per_address)
-    handlers = Handlers(store, config, thread_problem, guard)
+    if readiness is None:
+        readiness = node_readiness(lambda: store.latest)
+    handlers = Handlers(store, config, thread_problem, guard, readiness)
     cleanups: list[Callable[[], None]] = []
     app = web.Application(middlewares=[guard.middleware, *security_middlewares(config, cleanups)])
     app[STORE_KEY] = store
     app[GUARD_KEY] = guard
     app[INDEX_LINKS_KEY] = []
+    app[TELEMETRY_PATH_KEY] = config.telemetry_path
     app.router.add_get(config.telemetry_path, handlers.metrics)
     app.router.add_get("/healthz", handlers.healthz)
     app.router.add_get("/health", handlers.healthz)  # dcgm-exporter's path, for drop-in probes
     app.router.add_get("/readyz", handlers.readyz)
     if config.telemetry_path != "/":
         app.router.add_get("/", handlers.index)
+    app.cleanup_ctx.append(ReadinessLog(handlers.readiness_problem).context())
     for cleanup in cleanups:
 
         async def run_cleanup(_app: web.Application, cleanup=cleanup) -> None:
@@ -226,8 +248,11 @@ def bind_listeners(address: str) -> list[socket.socket]:
         return _listening_sockets(host, port)
     except OSError as exc:
         # socket.create_server appends the address to a bind error's strerror; it is named here.
-        bind_error = exc.errno and not isinstance(exc, socket.gaierror)
-        reason = (os.strerror(exc.errno) if bind_error else exc.strerror or str(exc)).rstrip(".")
+        if exc.errno and not isinstance(exc, socket.gaierror):
+            reason = os.strerror(exc.errno)
+        else:
+            reason = exc.strerror or str(exc)
+        reason = reason.rstrip(".")
         reason = reason[:1].lower() + reason[1:]
         raise ConfigurationError(f"--web.listen-address {address}: {reason}") from None
 
@@ -235,6 +260,8 @@ def bind_listeners(address: str) -> list[socket.socket]:
 def _listening_sockets(host: str | None, port: int) -> list[socket.socket]:
     """Bound, listening and non-blocking, as loop.create_server would make them: one for every
     address `host` names, or one for every interface (IPv4 and IPv6) for None."""
+    # (family, address): an IPv6 address is a 4-tuple, whose port is replaced below.
+    wanted: list[tuple[socket.AddressFamily, tuple[Any, ...]]]
     if host is None and socket.has_dualstack_ipv6():
         wanted = [(socket.AF_INET6, ("", port))]
     elif host is None:
@@ -263,6 +290,16 @@ def _listening_sockets(host: str | None, port: int) -> list[socket.socket]:
     return sockets
 
 
+def local_url(host: str, port: int, tls: bool, path: str) -> str:
+    """The URL a user on this machine opens for `path` on a socket bound to `host`: localhost for
+    every interface, brackets around an IPv6 address."""
+    if host in ("", "0.0.0.0", "::"):
+        host = "localhost"
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"{'https' if tls else 'http'}://{host}:{port}{path}"
+
+
 async def serve(
     app: web.Application,
     address: str,
@@ -275,7 +312,7 @@ async def serve(
     until SIGTERM or SIGINT, then finish in-flight requests and return."""
     host, port = split_listen_address(address)
     server_sockets = bind_listeners(address) if listeners is None else listeners
-    handler_args = {"access_log": None, "keepalive_timeout": KEEPALIVE_SECONDS}
+    handler_args: dict[str, Any] = {"access_log": None, "keepalive_timeout": KEEPALIVE_SECONDS}
     runner = web.AppRunner(
         app, handle_signals=False, shutdown_timeout=shutdown_timeout, **handler_args
     )
@@ -318,7 +355,11 @@ async def serve(
 
     bound = server_sockets[0].getsockname()[1] if server_sockets else port
     shown = address if bound == port else f"{host or ''}:{bound}"
-    log.info("listening on %s%s", shown, " (TLS)" if ssl_context else "")
+    # A link to click, with the port really bound, followed by a space so that a terminal's link
+    # detection does not take the log format's closing quote into it.
+    bound_host = server_sockets[0].getsockname()[0] if server_sockets else host or ""
+    url = local_url(bound_host, bound, ssl_context is not None, app.get(TELEMETRY_PATH_KEY, "/"))
+    log.info("metrics at %s (listening on %s%s)", url, shown, " with TLS" if ssl_context else "")
     if ready is not None:
         ready(bound)
     stop = asyncio.Event()

@@ -164,3 +164,31 @@ def test_an_ipv6_client_is_accounted_by_its_slash_64():
     assert client_key("2001:db8:1:3::1") != client_key("2001:db8:1:2::1")
     assert client_key("::ffff:10.0.0.1") == client_key("10.0.0.1") == "10.0.0.1"
     assert client_key(None) == ""
+
+
+async def test_bcrypt_never_blocks_the_event_loop():
+    """Every bcrypt check runs while the event loop goes on: before it hashes, each check asks
+    the loop for an answer and waits for it, which only a loop that the check does not block can
+    give. A condition, not a time: the version in test_web_config.py measured the loop's lag
+    against a limit and failed with four test workers on two cores."""
+    loop = asyncio.get_running_loop()
+    answered: list[bool] = []
+
+    def checkpw(password: bytes, hashed: bytes) -> bool:
+        turned = threading.Event()
+        loop.call_soon_threadsafe(turned.set)
+        # Run on the loop's own thread, this could never be answered: the loop would be in here.
+        # The timeout only ends that failure; a free loop answers at its next turn.
+        answered.append(turned.wait(10))
+        return bcrypt.checkpw(password, hashed)
+
+    auth = BasicAuth({"prometheus": HASH}, checkpw=checkpw)
+    try:
+        results = await asyncio.gather(
+            *(auth.verify("prometheus", f"wrong {i}") for i in range(4)),
+            auth.verify("prometheus", PASSWORD.decode()),
+        )
+    finally:
+        auth.close()
+    assert results == [False] * 4 + [True]
+    assert answered == [True] * 5 and auth.bcrypt_checks == 5

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from alerts import recording
+from alerts.rule_types import Alert, Record
 from alerts.rules_file import alert_groups, recording_groups
 from bundle import render as bundle_render
 from bundle.config import (
@@ -363,7 +364,7 @@ def test_panels_avoid_angular_types_and_grafanalib_defects(dashboard):
 def test_panel_ids_are_unique_and_panels_do_not_overlap(dashboard):
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
-    cells = set()
+    cells: set[tuple[int, int]] = set()
     for panel in dashboard["panels"]:
         pos = panel["gridPos"]
         area = {
@@ -834,6 +835,7 @@ def test_every_referenced_metric_exists(simulated_metric_names, version):
 def test_alert_template_queries_name_real_metrics():
     for group in alert_groups(DEFAULT):
         for rule in group.rules:
+            assert isinstance(rule, Alert), rule
             for metric in re.findall(r"([A-Za-z_:][A-Za-z0-9_:]*)\{(?!\{)", rule.description):
                 assert metric == "kube_gpu_exporter_pod_device_allocation", rule.name
 
@@ -847,6 +849,7 @@ def test_every_recorded_series_is_used(version):
     )
     for group in recording_groups(FLAVOURS[version]):
         for rule in group.rules:
+            assert isinstance(rule, Record), rule
             assert rule.record in used, f"{rule.record} is recorded but nothing reads it"
 
 
@@ -868,7 +871,7 @@ def resource_matchers(config: BundleConfig) -> dict[str, set[tuple[str, str]]]:
         if path.startswith("dashboards/provisioned/"):
             exprs[Path(path).stem] = dashboard_targets(json.loads(text))
     return {
-        source: {m.groups() for expr in texts for m in RESOURCE_MATCHER.finditer(expr)}
+        source: {(m[1], m[2]) for expr in texts for m in RESOURCE_MATCHER.finditer(expr)}
         for source, texts in exprs.items()
     }
 
@@ -1028,7 +1031,7 @@ def test_translator_converts_values_of_families_whose_unit_changes():
     assert translate.values("90x3 _x2 stale 0+10x3", Fraction(1, 100)) == (
         "0.9x3 _x2 stale 0 0.1 0.2 0.3"
     )
-    assert translate.values("7 4-1x2", 1048576) == "7340032 4194304 3145728 2097152"
+    assert translate.values("7 4-1x2", Fraction(1048576)) == "7340032 4194304 3145728 2097152"
     assert translate.factor('DCGM_FI_DEV_GPU_UTIL{hostname="n"}') == Fraction(1, 100)
     assert translate.factor("namespace:DCGM_FI_DEV_GPU_UTIL:avg") == Fraction(1, 100)
     assert translate.factor("DCGM_FI_DEV_GPU_TEMP{}") == 1

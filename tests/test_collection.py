@@ -232,6 +232,7 @@ def test_xid_events_reach_the_snapshot(sim, make_poller):
 
     assert wait_for(lambda: seen() is not None)
     snap = seen()
+    assert snap is not None
     assert snap.gpus[1].xid.last_xid == 79
     assert dict(snap.gpus[1].xid.counts) == {48: 1, 79: 2}
     assert snap.gpus[0].xid.last_xid == 0
@@ -245,6 +246,7 @@ def test_xid_storm_keeps_memory_bounded(sim):
     for i in range(20_000):
         book.record(sim.gpus[0].uuid, None, i % 5000)
     record = book.gpu_record(sim.gpus[0].uuid)
+    assert record is not None
     assert len(record.counts) == MAX_DISTINCT_CODES
     assert sum(n for _, n in record.counts) == 20_000
 
@@ -485,7 +487,9 @@ def test_helpers_step_with_simulated_time_instead_of_threads():
             names = {t.name for t in threading.enumerate()}
             assert not names & {"gpm-sampler", "pcie-sampler"}
             whole = snap.gpus[0]
-            assert whole.profiling is not None and 0 < whole.profiling.graphics_active <= 1
-            assert whole.readings.pcie_tx_kbps is not None
+            profiling = whole.profiling
+            assert profiling is not None and profiling.graphics_active is not None
+            assert 0 < profiling.graphics_active <= 1
+            assert whole.readings is not None and whole.readings.pcie_tx_kbps is not None
         finally:
             poller.stop()

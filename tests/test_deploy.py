@@ -1,5 +1,5 @@
 """deploy/ and the Dockerfile: the manifests validate against the Kubernetes schemas, carry the
-security settings the README promises, need RBAC only with enrichment, and stay in step with the
+security settings docs/deploy.md promises, need RBAC only with enrichment, and stay in step with the
 bundle; the Dockerfile passes hadolint."""
 
 from __future__ import annotations
@@ -421,4 +421,5 @@ def test_final_image_stage_is_slim_and_non_root():
     assert re.search(r"^USER 65532:65532$", final, re.M)
     assert re.search(r"^LABEL org\.opencontainers\.image\.title=", final, re.M)
     assert 'ENTRYPOINT ["kube-gpu-exporter"]' in final
-    assert "slim" in re.search(r"^ARG PYTHON_IMAGE=(\S+)", text, re.M).group(1)
+    base = re.search(r"^ARG PYTHON_IMAGE=(\S+)", text, re.M)
+    assert base is not None and "slim" in base.group(1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import CancelledError
 from dataclasses import replace
 
@@ -27,7 +27,7 @@ def workers() -> Iterator[DaemonWorkers]:
 class Reads:
     """A read per index that records its thread, and hangs for the indexes told to."""
 
-    def __init__(self, hang: set[int] = frozenset()) -> None:
+    def __init__(self, hang: Iterable[int] = frozenset()) -> None:
         self.hang = set(hang)
         self.release = threading.Event()
         self.threads: dict[int, int] = {}

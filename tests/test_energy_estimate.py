@@ -36,11 +36,13 @@ def test_nothing_is_exported_before_the_first_read() -> None:
 def test_between_reads_the_counter_moves_by_power_times_time() -> None:
     clock, energy = estimates()
     energy.update(GPU, 500_000, 7_000_000)  # 500 W
-    seen = []
+    seen: list[int] = []
     for _ in range(59):
         clock.now += 1.0
         assert not energy.read_due(GPU)
-        seen.append(energy.update(GPU, 500_000, None))
+        exported = energy.update(GPU, 500_000, None)
+        assert exported is not None
+        seen.append(exported)
     # 500 W for 59 s is 29.5 kJ.
     assert seen[-1] == 7_000_000 + 29_500_000
     assert all(b - a == 500_000 for a, b in itertools.pairwise(seen))

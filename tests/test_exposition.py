@@ -6,7 +6,9 @@ import gzip
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -29,8 +31,9 @@ DCGM_LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName"]
 
 # The test's own statement of dcgm-exporter's classic units
 # (docs/dcgm-exporter-compatibility.md, 'Classic units'),
-# written independently of exporter/exposition/dcgm_families.py.
-EXPECTED: dict[str, object] = {
+# written independently of exporter/exposition/dcgm_families.py. Each takes GpuReadings, as Any:
+# an oracle runs only for a series that was written, so the fields it reads are set.
+EXPECTED: dict[str, Callable[[Any], object]] = {
     "DCGM_FI_DEV_SM_CLOCK": lambda r: r.sm_clock_mhz,
     "DCGM_FI_DEV_MEM_CLOCK": lambda r: r.mem_clock_mhz,
     "DCGM_FI_DEV_MEMORY_TEMP": lambda r: r.memory_temperature_c,

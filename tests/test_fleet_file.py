@@ -130,9 +130,9 @@ def test_default_fleet_is_an_8_gpu_h100_node_with_mixed_mig():
     fleet = default_fleet()
     assert len(fleet.gpus) == 8
     assert {g.model.name for g in fleet.gpus} == {"NVIDIA H100 80GB HBM3"}
-    mig = [g for g in fleet.gpus if g.mig is not None]
+    mig = [g.mig for g in fleet.gpus if g.mig is not None]
     assert len(mig) == 2
-    assert all(len({p.profile.name for p in g.mig}) > 1 for g in mig)  # mixed profiles
+    assert all(len({p.profile.name for p in placed}) > 1 for placed in mig)  # mixed profiles
 
 
 def test_a_valid_mixed_fleet(tmp_path):
@@ -146,7 +146,9 @@ def test_a_valid_mixed_fleet(tmp_path):
     assert fleet.node_name == "mixed-1" and len(fleet.gpus) == 3
     # 1g instances may not start on slice 7, so the 3g lands on slices 4-7 (GI 2), the 2g on
     # 0-1 (GI 3) and the 1g instances on 2 and 3 (GI 9, 10): "all-balanced" as the driver does it.
-    assert [p.gpu_instance_id for p in fleet.gpus[0].mig] == [2, 3, 9, 10]
+    placed = fleet.gpus[0].mig
+    assert placed is not None
+    assert [p.gpu_instance_id for p in placed] == [2, 3, 9, 10]
 
 
 def test_allocation_is_a_node_default_with_per_gpu_overrides():

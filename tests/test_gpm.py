@@ -167,15 +167,20 @@ def test_sampler_reports_every_gpu_and_mig_instance_after_two_samples(nvml):
                 m.gpu_instance_id for m in gpu.live_instances()
             )
             for _gi, readings in instances:
+                assert readings.graphics_active is not None
                 assert 0 <= readings.graphics_active <= 1
                 assert readings.pcie_tx_bytes is None and readings.nvlink_tx_bytes is None
         else:
             assert instances == ()
+            assert board is not None
+            assert board.graphics_active is not None and board.pcie_rx_bytes is not None
             assert 0 <= board.graphics_active <= 1 and board.pcie_rx_bytes >= 0
             assert board.nvlink_tx_bytes is not None
     idle = sampler.latest(nvml.gpus[5].uuid)[0]
+    assert idle is not None
     assert idle.graphics_active == 0 and idle.tensor_active == 0
     busy = sampler.latest(nvml.gpus[0].uuid)[0]
+    assert busy is not None and busy.graphics_active is not None and busy.sm_active is not None
     assert busy.graphics_active > 0.5 and busy.sm_active <= busy.graphics_active
     assert sampler.last_success
     sampler.stop()
@@ -286,6 +291,7 @@ def test_profiling_is_in_the_second_sweep_after_the_gpus_are_known(sim, make_pol
 
     assert wait_for(lambda: first_with_profiling() is not None, timeout=10.0)
     first = first_with_profiling()
+    assert first is not None
     # Sweep 1 finds the GPUs and the first GPM sample follows at once; the second comes one
     # interval later, just after sweep 2 began, so sweep 3 is the first that can show values.
     assert snapshots[0].sequence == 1 and snapshots[0].gpus[0].profiling is None

@@ -103,5 +103,6 @@ def test_an_idle_gpu_has_every_pipe_at_zero(measured):
 def test_a_pipe_nvml_does_not_measure_is_left_out_not_zero(monkeypatch):
     monkeypatch.delitem(gpm_model._ACTIVITY, pynvml.NVML_GPM_METRIC_HMMA_TENSOR_UTIL)
     board = measure().gpus[TRAINING].profiling
-    assert board.tensor_hmma_active is None
+    assert board is not None and board.tensor_hmma_active is None
+    assert board.tensor_active is not None
     assert board.tensor_active > 0 and board.tensor_imma_active == 0.0

@@ -142,7 +142,9 @@ async def _scrape_raw(port: int, request: bytes, source: str = "127.0.0.1") -> b
     try:
         writer.write(request)
         head = await reader.readuntil(b"\r\n\r\n")
-        length = int(re.search(rb"Content-Length: (\d+)", head, re.I).group(1))
+        found = re.search(rb"Content-Length: (\d+)", head, re.I)
+        assert found is not None, head
+        length = int(found.group(1))
         body = await reader.readexactly(length)
     except (OSError, asyncio.IncompleteReadError):
         return None
@@ -242,8 +244,9 @@ def test_sigterm_lets_in_flight_scrapes_finish_and_exits_within_5s(exporter):
             data += chunk
         sock.close()
         head, _, body = data.partition(b"\r\n\r\n")
-        length = int(re.search(rb"Content-Length: (\d+)", head).group(1))
-        assert head.startswith(b"HTTP/1.1 200") and len(body) == length
+        found = re.search(rb"Content-Length: (\d+)", head)
+        assert found is not None, head
+        assert head.startswith(b"HTTP/1.1 200") and len(body) == int(found.group(1))
         assert body.endswith(b"\n") and b"kube_gpu_exporter_snapshot_age_seconds" in body
     assert proc.wait(timeout=5) == 0
     assert time.monotonic() - started < 5.0

@@ -6,11 +6,13 @@ import re
 import socket
 import time
 from collections.abc import Iterator
+from functools import partial
 
 import kubernetes
 import pytest
 
 from exporter.kubernetes.label_names import sanitize_label_name
+from exporter.kubernetes.pod_metadata import KubernetesView
 from exporter.kubernetes.watcher import KubernetesWatcher
 from tests.conftest import open_fds, threads, wait_for
 from tests.fake_kube_api import FakeKubeApi
@@ -231,6 +233,17 @@ def test_api_restarts_and_410s_leak_no_threads_or_fds(api):
     def threads_and_fds() -> tuple[int, int]:
         return threads(), open_fds()
 
+    # Conditions on this round's values, bound with partial: a lambda in the loop would read
+    # the loop's latest values, and one with a default argument has no type a checker can infer.
+    def more_watch_errors_than(view: KubernetesView) -> bool:
+        return watcher.view().watch_errors > view.watch_errors
+
+    def more_relists_than(view: KubernetesView) -> bool:
+        return watcher.view().relists > view.relists
+
+    def has_pod(key: tuple[str, str]) -> bool:
+        return key in watcher.view().pods
+
     api.put_pod(api.pod("ml", "trainer-0"))
     watcher = make_watcher(api.host, max_backoff_seconds=0.1)
     watcher.start()
@@ -240,13 +253,13 @@ def test_api_restarts_and_410s_leak_no_threads_or_fds(api):
         for round_ in range(15):
             view = watcher.view()
             api.stop()
-            assert wait_for(lambda v=view: watcher.view().watch_errors > v.watch_errors), round_
+            assert wait_for(partial(more_watch_errors_than, view)), round_
             api.start(api.port)
             key = ("ml", f"pod-{round_}")
             api.put_pod(api.pod(*key))
-            assert wait_for(lambda k=key: k in watcher.view().pods), round_
+            assert wait_for(partial(has_pod, key)), round_
             api.expire_history()
-            assert wait_for(lambda v=view: watcher.view().relists > v.relists), round_
+            assert wait_for(partial(more_relists_than, view)), round_
         # The fake's handler threads end with their connections; the watcher's must not pile up.
         now = threads_and_fds
         assert wait_for(lambda: now()[0] <= before[0] + 3 and now()[1] <= before[1] + 3), (

@@ -271,10 +271,18 @@ def stat_line(pid: int, start_time: int, *, comm: str = "python", flags: int = 0
     return f"{pid} ({comm}) " + " ".join(fields) + "\n"
 
 
-def add_process(proc: Path, pid: int, start_time: int, cgroup: str, **stat: object) -> None:
+def add_process(
+    proc: Path,
+    pid: int,
+    start_time: int,
+    cgroup: str,
+    *,
+    comm: str = "python",
+    flags: int = 0x400100,
+) -> None:
     directory = proc / str(pid)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "stat").write_text(stat_line(pid, start_time, **stat))  # type: ignore[arg-type]
+    (directory / "stat").write_text(stat_line(pid, start_time, comm=comm, flags=flags))
     (directory / "cgroup").write_text(cgroup)
 
 

@@ -120,7 +120,9 @@ def test_processes_count_only_for_pods_that_hold_the_device() -> None:
     assert dict(shared.unattributed) == {NOT_HOLDER: 1, HOST: 1, EXITED: 1}
     # Rows add up to what NVML listed, and stay within the device's used memory.
     total = sum(u.memory_bytes or 0 for u in shared.by_container.values())
-    assert total == 22 * GIB <= SHARED_GPU.readings.fb_used_bytes
+    readings = SHARED_GPU.readings
+    assert readings is not None and readings.fb_used_bytes is not None
+    assert total == 22 * GIB <= readings.fb_used_bytes
 
 
 def test_without_the_kubernetes_view_a_pod_known_only_by_uid_is_unattributed() -> None:

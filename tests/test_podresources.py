@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.config import LabelConfig
 from exporter.exposition.context import AttributionContext
 from exporter.podresources import generate_stubs
+from exporter.podresources.allocations import PodResourcesSnapshot
 from exporter.podresources.attribution import attribute, resolve
 from exporter.podresources.client import (
     MAX_MESSAGE_BYTES,
@@ -122,6 +123,12 @@ def watcher_for(kubelet: FakeKubelet, **kwargs) -> PodResourcesWatcher:
     return PodResourcesWatcher(
         PodResourcesClient(str(kubelet.socket_path), timeout_seconds=5), 0.05, **kwargs
     )
+
+
+def latest(watcher: PodResourcesWatcher) -> PodResourcesSnapshot:
+    snapshot = watcher.latest
+    assert snapshot is not None, watcher.status.last_error
+    return snapshot
 
 
 def observe(poller, watcher: PodResourcesWatcher, labels: LabelConfig = LABELS) -> dict:
@@ -334,7 +341,8 @@ def test_socket_missing_at_start_then_appears(sim, tmp_path, make_poller):
 
 def test_socket_deleted_under_a_running_watcher_then_recreated(sim, tmp_path):
     path = tmp_path / "pod-resources" / "kubelet.sock"
-    watcher = PodResourcesWatcher(PodResourcesClient(str(path), timeout_seconds=1), 0.05, 0.2)
+    client = PodResourcesClient(str(path), timeout_seconds=1)
+    watcher = PodResourcesWatcher(client, 0.05, max_backoff_seconds=0.2)
     watcher.start()
     try:
         # No socket yet: calls are made, and fail.
@@ -424,7 +432,7 @@ def test_large_list_response(sim, kubelet):
     assert size > 5_000_000  # over gRPC's 4 MiB default
     watcher = watcher_for(kubelet)
     assert watcher.refresh(), watcher.status.last_error
-    assert len(watcher.latest.allocations) == 12
+    assert len(latest(watcher).allocations) == 12
     # The same call with gRPC's default 4 MiB receive limit fails, as on busy nodes (#509).
     with grpc.insecure_channel(f"unix://{kubelet.socket_path}") as channel:
         from exporter.podresources.v1 import api_pb2_grpc
@@ -440,7 +448,7 @@ def test_sixteen_mib_list_response(sim, kubelet):
     assert 16 * 2**20 < size < MAX_MESSAGE_BYTES
     watcher = watcher_for(kubelet)
     assert watcher.refresh(), watcher.status.last_error
-    assert len(watcher.latest.allocations) == 12
+    assert len(latest(watcher).allocations) == 12
     assert watcher.status.last_duration_seconds < 5
 
 
@@ -453,10 +461,11 @@ def test_list_response_over_the_limit_is_one_clear_error(sim, kubelet, make_poll
     kubelet.faults.padding_pods = 600  # about 2.5 MB
     assert not watcher.refresh()
     error = watcher.status.last_error
+    assert error is not None
     assert error.startswith("RESOURCE_EXHAUSTED") and "larger than max" in error, error
     assert "\n" not in error
     # The last good attribution stays, and device metrics are still served with podresources_up 0.
-    assert len(watcher.latest.allocations) == 12
+    assert len(latest(watcher).allocations) == 12
     context = AttributionContext(pods=watcher.latest, pods_status=watcher.status)
     text = render(make_poller().sweep(), LABELS, context)
     assert "kube_gpu_exporter_podresources_up 0" in text and 'pod="' in text
@@ -468,7 +477,7 @@ def test_old_kubelet_without_allocatable(sim, kubelet, make_poller):
     kubelet.faults.allocatable_implemented = False
     watcher = watcher_for(kubelet)
     assert watcher.refresh() and watcher.refresh()
-    assert watcher.latest.allocatable is None
+    assert latest(watcher).allocatable is None
     assert kubelet.calls["GetAllocatableResources"] == 1  # UNIMPLEMENTED is remembered
     text = render(make_poller().sweep(), LABELS, AttributionContext(watcher.latest, watcher.status))
     assert "kube_gpu_exporter_node_allocated_devices{" in text
@@ -508,28 +517,29 @@ def test_allocatable_is_asked_again_only_when_it_may_have_changed(sim, kubelet, 
     for _ in range(3):
         assert watcher.refresh(), watcher.status.last_error
     assert kubelet.calls == {"List": 3, "GetAllocatableResources": 1, "Get": 0}
-    first = watcher.latest
+    first = latest(watcher)
+    assert first.allocatable is not None
     offered = dict(first.allocatable)["nvidia.com/gpu"]
 
     # An unchanged answer keeps its parsed allocations; only their time moves.
     assert watcher.refresh()
-    assert watcher.latest.allocations is first.allocations
-    assert watcher.latest.taken_at > first.taken_at
+    assert latest(watcher).allocations is first.allocations
+    assert latest(watcher).taken_at > first.taken_at
 
     # A changed List answer: pods came or went, so the devices may have too.
     kubelet.faults.padding_pods = 1
     assert watcher.refresh()
     assert kubelet.calls["GetAllocatableResources"] == 2
-    assert watcher.latest.allocations is not first.allocations  # parsed again
+    assert latest(watcher).allocations is not first.allocations  # parsed again
 
     # A device turning unhealthy changes only the allocatable answer: seen once the window ends.
     kubelet.faults.unhealthy_gpus = {sim.gpus[4].uuid}
     assert watcher.refresh()
-    assert dict(watcher.latest.allocatable)["nvidia.com/gpu"] == offered
+    assert dict(latest(watcher).allocatable or ())["nvidia.com/gpu"] == offered
     monkeypatch.setattr(client_module, "ALLOCATABLE_REFRESH_SECONDS", 0.0)
     assert watcher.refresh()
     assert kubelet.calls["GetAllocatableResources"] == 3
-    assert dict(watcher.latest.allocatable)["nvidia.com/gpu"] == offered - 1
+    assert dict(latest(watcher).allocatable or ())["nvidia.com/gpu"] == offered - 1
 
 
 def test_allocatable_is_asked_again_after_a_failed_round(sim, kubelet):
@@ -547,9 +557,12 @@ def test_an_unchanged_answer_is_not_checked_or_parsed_again(sim, kubelet, monkey
 
     checked: list[str] = []
     real_check = client_module.check_answer
-    monkeypatch.setattr(
-        client_module, "check_answer", lambda m, p: (checked.append(m), real_check(m, p))
-    )
+
+    def counting_check(method: str, payload: bytes | bytearray) -> None:
+        checked.append(method)
+        real_check(method, payload)
+
+    monkeypatch.setattr(client_module, "check_answer", counting_check)
     client = PodResourcesClient(str(kubelet.socket_path))
     first = client.list()
     assert client.list() is first and checked == ["List"]

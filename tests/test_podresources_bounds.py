@@ -10,13 +10,16 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import pytest
-from google.protobuf.internal.encoder import _VarintBytes
+
+# Private to protobuf, so types-protobuf leaves it out.
+from google.protobuf.internal.encoder import _VarintBytes  # type: ignore[attr-defined]
 
 from exporter.podresources import answer_bounds
+from exporter.podresources.allocations import PodResourcesSnapshot
 from exporter.podresources.answer_bounds import (
     MAX_CONTAINERS_PER_POD,
     MAX_DEVICE_ID_BYTES,
@@ -84,7 +87,7 @@ class RawKubelet:
             futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="raw-kubelet"),
             options=[("grpc.max_send_message_length", 64 * 1024 * 1024)],
         )
-        handlers = {
+        handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
             "List": grpc.unary_unary_rpc_method_handler(self._list),
             "GetAllocatableResources": grpc.unary_unary_rpc_method_handler(self._allocatable),
         }
@@ -133,6 +136,12 @@ def errors(watcher: PodResourcesWatcher) -> dict[str, int]:
     return dict(watcher.status.errors)
 
 
+def latest(watcher: PodResourcesWatcher) -> PodResourcesSnapshot:
+    snapshot = watcher.latest
+    assert snapshot is not None, watcher.status.last_error
+    return snapshot
+
+
 # ---- hostile answers over a real socket ----
 
 
@@ -153,21 +162,22 @@ def test_answer_past_a_bound_is_one_error_and_a_good_answer_is_taken_after(
 ) -> None:
     watcher = watcher_for(raw_kubelet)
     assert watcher.refresh(), watcher.status.last_error
-    assert len(watcher.latest.allocations) == GOOD_ALLOCATIONS
+    assert len(latest(watcher).allocations) == GOOD_ALLOCATIONS
     raw_kubelet.list_answer = answer()
     ok, growth = peak_growth_mb(watcher.refresh)
     assert not ok
     error = watcher.status.last_error
+    assert error is not None
     assert error.startswith(f"{TOO_LARGE}: List answer over a bound: ") and bound in error, error
     assert "\n" not in error
     assert errors(watcher) == {TOO_LARGE: 1}
     assert growth < PEAK_GROWTH_MB, f"peak RSS grew by {growth:.0f} MB"
     assert watcher.status.last_duration_seconds < 1.5, watcher.status
     # The last good attribution stays until the kubelet answers sensibly again.
-    assert not watcher.status.up and len(watcher.latest.allocations) == GOOD_ALLOCATIONS
+    assert not watcher.status.up and len(latest(watcher).allocations) == GOOD_ALLOCATIONS
     raw_kubelet.list_answer = None
     assert watcher.refresh(), watcher.status.last_error
-    assert watcher.status.up and len(watcher.latest.allocations) == GOOD_ALLOCATIONS
+    assert watcher.status.up and len(latest(watcher).allocations) == GOOD_ALLOCATIONS
 
 
 def test_running_watcher_backs_off_and_stops_promptly_on_a_hostile_answer(
@@ -189,7 +199,7 @@ def test_running_watcher_backs_off_and_stops_promptly_on_a_hostile_answer(
         stopped_in = time.monotonic() - started
     # Shutdown (SIGTERM) stops this thread: it must not be stuck decoding millions of IDs.
     assert stopped_in < 2, stopped_in
-    assert len(watcher.latest.allocations) == GOOD_ALLOCATIONS
+    assert len(latest(watcher).allocations) == GOOD_ALLOCATIONS
 
 
 def realistic_node(sim, kubelet: FakeKubelet, pods: int = 500) -> api_pb2.ListPodResourcesResponse:
@@ -227,7 +237,7 @@ def test_realistic_large_node_parses_quickly(sim, raw_kubelet: RawKubelet) -> No
     watcher = watcher_for(raw_kubelet)
     ok, growth = peak_growth_mb(watcher.refresh)
     assert ok, watcher.status.last_error
-    assert len(watcher.latest.allocations) == GOOD_ALLOCATIONS
+    assert len(latest(watcher).allocations) == GOOD_ALLOCATIONS
     assert growth < PEAK_GROWTH_MB, growth
     assert watcher.status.last_duration_seconds < 1.5, watcher.status
 

@@ -55,6 +55,9 @@ class ToyHelper:
         self.calls.append("stop")
         self.stop_timeout = timeout
 
+    def problem(self) -> str | None:
+        return None
+
     def status(self) -> CollectorStatus:
         return CollectorStatus(self.collector, self.rounds % 2 == 0, 0.25 + self.rounds)
 
@@ -204,11 +207,13 @@ def test_threadless_pollers_run_helper_rounds_on_the_callers_thread(sim: FakeNvm
         assert rounds.calls == [] and threaded.calls == ["start"]
         started = {t.name for t in set(threading.enumerate()) - before}
         assert "xid-watcher" in started and "pcie-sampler" not in started
-        assert snapshot.gpus[0].readings.pcie_tx_kbps is None
+        readings = snapshot.gpus[0].readings
+        assert readings is not None and readings.pcie_tx_kbps is None
         poller.run_helpers_once()
         poller.run_helpers_once()
         assert rounds.rounds == 2
-        assert poller.sweep().gpus[0].readings.pcie_tx_kbps is not None
+        readings = poller.sweep().gpus[0].readings
+        assert readings is not None and readings.pcie_tx_kbps is not None
     finally:
         poller.stop(timeout=2.0)
 

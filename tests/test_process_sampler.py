@@ -565,10 +565,10 @@ def test_the_poller_reports_processes_per_gpu(sim, nvml, owners):
         poller.stop(timeout=2.0)
     statuses = {c.name: c.success for c in snapshot.collectors}
     assert statuses["processes"] is True
-    gpus = {g.identity.index: g for g in snapshot.gpus}
-    assert [p.owner for p in gpus[0].processes] == [TRAINER]
-    assert gpus[1].processes == ()
-    assert [(p.pid, p.sm_util_pct) for p in gpus[2].processes] == [(201, None)]
+    processes = {g.identity.index: g.processes for g in snapshot.gpus}
+    assert [p.owner for p in processes[0] or ()] == [TRAINER]
+    assert processes[1] == ()
+    assert [(p.pid, p.sm_util_pct) for p in processes[2] or ()] == [(201, None)]
 
 
 def test_the_benchmark_times_full_rounds_of_every_process():

@@ -61,7 +61,7 @@ def _observation(
     smi: dict[tuple[str, int], float | None] | None = None,
 ) -> Observation:
     rows = [] if exported_mib is None else [_row(UUID_A, exported_mib * MIB)]
-    memory = {LOAD: LOAD_MIB * MIB} if listed is None else listed
+    memory: dict[int, int | None] = {LOAD: LOAD_MIB * MIB} if listed is None else listed
     apps = {(GPU_A, LOAD): float(LOAD_MIB)} if smi is None else smi
     return Observation(_exposition(*rows), {GPU_A: GpuProcesses(UUID_A, memory)}, apps)
 

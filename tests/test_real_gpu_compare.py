@@ -328,6 +328,7 @@ def test_a_temperature_20_degrees_off_fails_that_check_only(
         bus_id_key(target),
         3.0,
     )
+    assert isinstance(failed.reference, int | float)
     assert failed.exported == failed.reference + 20
 
 

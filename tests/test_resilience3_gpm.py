@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -49,7 +50,7 @@ def _timed_sweep(poller: Poller, sim: FakeNvml) -> tuple[NodeSnapshot | None, fl
 
 
 @pytest.fixture
-def poller(sim: FakeNvml) -> Poller:
+def poller(sim: FakeNvml) -> Iterator[Poller]:
     # GPM alone, without helper threads: the test runs each round on a thread it controls, so
     # that it knows which round published what.
     config = replace(FAST, xid_enabled=False, pcie_enabled=False, gpm_enabled=True)

@@ -23,7 +23,7 @@ from tests.test_kubernetes_enrichment import make_watcher
 from tests.test_process import scrape_until, start_exporter
 
 MIB = 1 << 20
-# The limits the README states (exporter/kubernetes/api_answers.py).
+# The limits docs/faults.md, 'API server', states (exporter/kubernetes/api_answers.py).
 EVENT_LIMIT = 4 * MIB
 SLICE_LIST_LIMIT = 4 * MIB
 # What loopback sockets may hold beyond what the client read: both kernel buffers, at most.

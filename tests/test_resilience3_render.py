@@ -25,6 +25,12 @@ from tests.test_process import scrape_until, start_exporter
 LONE_SURROGATES = "\udcff\ud800"
 
 
+def _uuid(series: str) -> str:
+    found = re.search(r'UUID="([^"]+)"', series)
+    assert found is not None, series
+    return found.group(1)
+
+
 def test_a_lone_surrogate_in_a_label_value_becomes_the_replacement_character() -> None:
     escaped = escape_label_value(f'team "{LONE_SURROGATES}"\n')
     assert escaped == 'team \\"\ufffd\ufffd\\"\\n'
@@ -41,7 +47,7 @@ def test_one_gpu_whose_value_cannot_render_costs_only_its_own_series(make_poller
     gpus[3] = replace(broken, readings=replace(broken.readings, temperature_c="hot"))
     text = render(replace(snapshot, gpus=tuple(gpus)))
     temps = [line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_TEMP{")]
-    uuids = {re.search(r'UUID="([^"]+)"', line).group(1) for line in temps}
+    uuids = {_uuid(line) for line in temps}
     healthy = {g.identity.uuid for g in snapshot.gpus if g.identity and g.readings} - {
         broken.identity.uuid
     }
@@ -63,7 +69,7 @@ def test_a_pod_join_that_fails_leaves_the_device_series_without_pods(make_poller
 
 
 class _Exploding(Renderer):
-    def render_body(self, snapshot, context=None):  # type: ignore[override]
+    def render_body(self, snapshot, context=None):
         raise RuntimeError("boom")
 
 

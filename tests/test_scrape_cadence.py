@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ class Clock:
 # ---- The decision ----
 
 
-def cadence(clock: Clock, next_scrape: list[float | None]) -> ScrapeCadence:
+def cadence(clock: Clock, next_scrape: Sequence[float | None]) -> ScrapeCadence:
     return ScrapeCadence(10.0, 1.0, lambda: next_scrape[0], clock)
 
 
@@ -102,7 +102,8 @@ def test_a_forgotten_gpu_is_read_at_once() -> None:
 def test_work_on_its_own_thread_comes_two_ticks_ahead_and_at_most_every_two() -> None:
     """A helper ticking every second alongside the sweep: done with 1-2 s left before the scrape,
     so a sweep in between carries it, and not again on the next tick."""
-    clock, scrape = Clock(), [None]
+    clock = Clock()
+    scrape: list[float | None] = [None]
     gpm = helper_cadence(1.0, lambda: scrape[0], clock)
     gpm.done()
     clock.now += 5.0
@@ -197,6 +198,7 @@ def test_at_a_1s_poll_with_15s_scrapes_energy_is_read_once_a_scrape_and_moves_ea
         if second % 15 == 0 and latest is not None:
             clock.now += 0.5
             schedule.scraped("10.0.0.9")
+            assert latest.energy_mj is not None  # as the sweep before found it
             seen_by_scrapes.append(latest.energy_mj)
             clock.now += 0.5
         elif second:
@@ -312,7 +314,8 @@ def test_a_driver_reload_reads_the_counter_at_once(node_factory: Callable[..., N
 def test_gpm_samples_only_when_its_cadence_says(sim: FakeNvml) -> None:
     pynvml.nvmlInit()
     uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(0))
-    clock, scrape = Clock(), [None]
+    clock = Clock()
+    scrape: list[float | None] = [None]
     sampler = GpmSampler(
         GuardedNvml(ErrorTally()), 1.0, helper_cadence(1.0, lambda: scrape[0], clock)
     )

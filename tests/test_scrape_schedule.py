@@ -8,7 +8,7 @@ from exporter.exposition.renderer import Renderer
 from exporter.exposition.scrape_schedule import MAX_SCRAPERS, ScrapeSchedule
 from exporter.exposition.store import ExpositionStore
 from tests.conftest import LABELS
-from tests.test_server import client_for
+from tests.test_server import client_for, current
 
 
 class Clock:
@@ -108,12 +108,13 @@ def test_store_keeps_an_unread_snapshot_unrendered_and_renders_it_when_asked(sim
     store.publish(first)
     assert store.latest is first and store.current is None and not store.rendered
     exposition = store.render_latest()
-    assert exposition is store.current and exposition.snapshot is first and store.rendered
+    assert exposition is not None and exposition.snapshot is first and store.rendered
+    assert exposition is current(store)
     assert store.render_latest() is exposition  # once per snapshot
     clock.now += 13.0
     second = poller.sweep()
     store.publish(second)  # the scrape is due within 1.5 intervals
-    assert store.rendered and store.current.snapshot is second
+    assert store.rendered and current(store).snapshot is second
 
 
 async def test_a_scrape_always_gets_the_newest_snapshot(sim, make_poller):
@@ -132,7 +133,7 @@ async def test_a_scrape_always_gets_the_newest_snapshot(sim, make_poller):
         response = await client.get("/metrics")
         assert response.status == 200
         assert "DCGM_FI_DEV_GPU_TEMP{" in await response.text()
-        assert store.rendered and store.current.snapshot.sequence == 3
+        assert store.rendered and current(store).snapshot.sequence == 3
     finally:
         await client.close()
 

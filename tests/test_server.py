@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from exporter.app import thread_problem
 from exporter.config import ConfigurationError, WebConfig
+from exporter.exposition.store import Exposition, ExpositionStore
 from exporter.poller import Poller
 from exporter.server import accepts_gzip, bind_listeners, build_app, split_listen_address
 from tests.conftest import FAST, store_for, wait_for
@@ -26,6 +27,13 @@ async def client_for(store, web: WebConfig = WEB, problem=lambda: None) -> TestC
     client = TestClient(TestServer(build_app(store, web, problem)))
     await client.start_server()
     return client
+
+
+def current(store: ExpositionStore) -> Exposition:
+    """The store's current exposition, once the test knows one was rendered."""
+    exposition = store.current
+    assert exposition is not None
+    return exposition
 
 
 async def test_metrics_served_plain_and_gzip(sim, make_poller):
@@ -105,7 +113,7 @@ async def test_hanging_nvml_call_gives_stale_snapshot_and_unhealthy_healthz(sim)
         assert (await client.get("/healthz")).status == 200
         sim.faults.hang("nvmlDeviceGetCount")
         assert await asyncio.to_thread(wait_for, lambda: sim.faults.hung_calls == 1)
-        frozen = store.current.snapshot.sequence
+        frozen = current(store).snapshot.sequence
 
         async def healthz_status() -> int:
             return (await client.get("/healthz")).status
@@ -115,9 +123,9 @@ async def test_hanging_nvml_call_gives_stale_snapshot_and_unhealthy_healthz(sim)
         metrics = await (await client.get("/metrics")).text()
         assert "DCGM_FI_DEV_GPU_TEMP{" in metrics  # still serving the last snapshot
         assert "kube_gpu_exporter_snapshot_stale 1" in metrics
-        assert store.current.snapshot.sequence == frozen
+        assert current(store).snapshot.sequence == frozen
         sim.faults.release_all()
-        assert await asyncio.to_thread(wait_for, lambda: store.current.snapshot.sequence > frozen)
+        assert await asyncio.to_thread(wait_for, lambda: current(store).snapshot.sequence > frozen)
         assert (await client.get("/healthz")).status == 200
     finally:
         sim.faults.release_all()
@@ -222,7 +230,9 @@ async def test_clients_hanging_up_leave_no_tasks_or_connections(sim, make_poller
     try:
         await client.get("/metrics")  # warm
         tasks = len(asyncio.all_tasks())
-        server = client.server.runner.server
+        runner = client.server.runner
+        assert runner is not None and runner.server is not None
+        server = runner.server
         connections = len(server.connections)  # the test client's keep-alive one
         for _ in range(100):
             reader, writer = await asyncio.open_connection(client.host, client.port)

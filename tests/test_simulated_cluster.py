@@ -16,6 +16,8 @@ from exporter.cli import parse_config
 from exporter.config import Config
 from exporter.kubernetes.pod_metadata import KubernetesView
 from exporter.simulator.cluster_state import TEAM_LABEL, node_labels
+from exporter.simulator.fake_kubelet import FakeKubelet
+from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.processes import pod_uid
 from tests.test_process import scrape_until, start_exporter
 
@@ -40,7 +42,7 @@ def _wait_until(condition: Callable[[], bool], what: str) -> None:
 
 
 @contextlib.contextmanager
-def _synced_view(*flags: str) -> Iterator[tuple[object, object, Config, KubernetesView]]:
+def _synced_view(*flags: str) -> Iterator[tuple[FakeNvml, FakeKubelet, Config, KubernetesView]]:
     """The simulated node wired as `kube-gpu-exporter --simulate FLAGS` wires it, and its
     Kubernetes watcher's view once every watch has synced."""
     config = parse_config(["--simulate", *flags], environ={})
@@ -72,6 +74,7 @@ def test_the_watcher_reads_the_simulated_nodes_pods_with_the_process_tables_uids
         for (namespace, name), meta in view.pods.items():
             assert meta.uid == pod_uid(seed, namespace, name)
         # Process accounting names its pods by the same UIDs.
+        assert nvml.processes is not None
         table_uids = {c.pod_uid for c in nvml.processes.containers}
         assert table_uids and table_uids <= {m.uid for m in view.pods.values()}
         training = view.pods[("ml-training", "llm-pretrain-worker-0")]

@@ -7,6 +7,7 @@ import re
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
+from typing import Any
 
 import pynvml
 import pytest
@@ -45,7 +46,9 @@ DRA_HELD = {
     "gpu-7-mig-3g40gb-9-4",
 }
 DRA_FREE = {"gpu-5", "gpu-6", "gpu-7-mig-1g10gb-19-1"}
-SLICE_MODELS = {
+# The three versions' generated models, read alike below: Any, where a union of the three would
+# make every attribute read a union of three versions' types.
+SLICE_MODELS: dict[str, Any] = {
     "v1": V1ResourceSlice,
     "v1beta2": V1beta2ResourceSlice,
     "v1beta1": V1beta1ResourceSlice,
@@ -126,8 +129,10 @@ def test_builtin_fleets_are_shipped_and_parse():
     dra = resolve_fleet("dra")
     assert dra.node_name == DRA_NODE and dra.driver_major >= 550 and dra.nvml_privileged
     assert {g.allocation for g in dra.gpus} == {"dra"}
-    mig = [g for g in dra.gpus if g.mig is not None]
-    assert [[p.profile.name for p in g.mig] for g in mig] == [["1g.10gb", "1g.10gb", "3g.40gb"]]
+    mig = [g.mig for g in dra.gpus if g.mig is not None]
+    assert [[p.profile.name for p in placed] for placed in mig] == [
+        ["1g.10gb", "1g.10gb", "3g.40gb"]
+    ]
     mixed = resolve_fleet("mixed")
     assert [g.allocation for g in mixed.gpus] == ["device-plugin"] * 4 + ["dra"] * 4
     assert {g.workload for g in mixed.gpus[:4]} == {"training", "inference"}
@@ -391,7 +396,9 @@ def test_resource_slices_match_nvml(dra_sim, api_version):
     assert set(seen) == DRA_HELD | DRA_FREE
     assert len({a["uuid"] for a in seen.values()}) == len(seen)
     # The exporter's own reader sees the same devices.
-    read = offered_devices([parse_resource_slice(raw)])
+    parsed = parse_resource_slice(raw)
+    assert parsed is not None
+    read = offered_devices([parsed])
     assert {name: (d.type, d.uuid, d.parent_uuid, d.profile) for (_, name), d in read.items()} == {
         name: (a["type"], a["uuid"], a.get("parentUUID", ""), a.get("profile", ""))
         for name, a in seen.items()
@@ -406,6 +413,7 @@ def test_legacy_slices_carry_integer_attributes(dra_sim):
     assert devices["gpu-7-mig-19-1-1"]["parentIndex"] == {"int": 7}
     assert devices["gpu-7-mig-19-1-1"]["profile"] == {"string": "1g.10gb"}
     model = V1ResourceSlice.from_dict(raw)
+    assert model is not None and model.spec.devices is not None
     assert {d.name for d in model.spec.devices} == set(devices)
 
 

@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pynvml
 import pytest
@@ -91,7 +92,7 @@ def _whole_gpus(node: Node) -> list[int]:
     return [g.index for g in node.nvml.gpus if not g.mig_enabled]
 
 
-def _samples_by_pid(node: Node, index: int) -> dict[int, object]:
+def _samples_by_pid(node: Node, index: int) -> dict[int, Any]:
     try:
         samples = pynvml.nvmlDeviceGetProcessUtilization(node.handle(index), 0)
     except pynvml.NVMLError_NotFound:
@@ -137,7 +138,10 @@ def test_every_container_holding_a_device_runs_one_or_two_processes_per_device(
     for processes in per_container.values():
         devices = {(p.gpu_index, p.gpu_instance_id) for p in processes}
         assert len(devices) <= len(processes) <= len(devices) + 1
-        assert all(re.fullmatch(r"[0-9a-f]{64}", p.container.container_id) for p in processes)
+        containers = [p.container for p in processes]
+        assert all(
+            c is not None and re.fullmatch(r"[0-9a-f]{64}", c.container_id) for c in containers
+        )
 
 
 def test_one_host_process_and_one_process_on_a_gpu_its_pod_does_not_hold(node: Node) -> None:
@@ -219,7 +223,9 @@ def test_the_time_sliced_gpu_shows_three_distinct_plausible_pod_shares(node: Nod
         node.clock[0] = t
         sm: dict[str, int] = defaultdict(int)
         for pid, sample in _samples_by_pid(node, TIME_SLICED_GPU).items():
-            sm[node.table.get(pid).container.pod] += sample.smUtil
+            process = node.table.get(pid)
+            assert process is not None and process.container is not None
+            sm[process.container.pod] += sample.smUtil
         if sum(sm.values()) >= 20:  # too little to tell apart in whole percent otherwise
             assert len(set(sm.values())) == 3, sm
             assert all(0.1 < v / sum(sm.values()) < 0.7 for v in sm.values())
@@ -441,6 +447,7 @@ def test_a_reused_pid_gets_a_new_start_time_and_another_container(
     new_stat = _stat(tree.proc_root / str(old.pid) / "stat")
     assert int(new_stat[21]) == new.start_ticks != int(old_stat[21])
     cgroup = (tree.proc_root / str(old.pid) / "cgroup").read_text()
+    assert like.container is not None and old.container is not None
     assert like.container.container_id in cgroup and old.container.container_id not in cgroup
     assert not list(tree.proc_root.glob(".*")), "no half-written PID directory is left"
 

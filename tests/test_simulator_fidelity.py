@@ -407,9 +407,12 @@ def test_slow_and_hanging_calls(sim):
     assert time.monotonic() - started >= 0.1
     sim.faults.hang("nvmlDeviceGetTemperature", gpu=1)
     done = threading.Event()
-    threading.Thread(
-        target=lambda: (pynvml.nvmlDeviceGetTemperature(handle, 0), done.set()), daemon=True
-    ).start()
+
+    def read_temperature() -> None:
+        pynvml.nvmlDeviceGetTemperature(handle, 0)
+        done.set()
+
+    threading.Thread(target=read_temperature, daemon=True).start()
     assert not done.wait(0.2)
     sim.faults.release_all()
     assert done.wait(2)

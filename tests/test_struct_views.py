@@ -11,7 +11,7 @@ import pytest
 from exporter.nvml.struct_views import LayoutMismatch, check_same_layout, plain_type, view
 
 
-def _offsets(ctype: type) -> list[tuple[str, int, int]]:
+def _offsets(ctype: type[ctypes.Structure]) -> list[tuple[str, int, int]]:
     return [
         (name, getattr(ctype, name).offset, getattr(ctype, name).size)
         for name, *_ in ctype._fields_
@@ -101,7 +101,7 @@ def test_packing_is_kept():
 
 def test_a_copy_that_cannot_have_the_layout_raises_when_derived():
     class Base(pynvml._PrintableStructure):
-        _fields_ = (("version", ctypes.c_uint),)
+        _fields_: tuple[tuple[str, type], ...] = (("version", ctypes.c_uint),)
 
     class Extended(Base):  # ctypes puts Base's fields first; Extended._fields_ lists only its own
         _fields_ = (("value", ctypes.c_ulonglong),)
@@ -132,13 +132,14 @@ def test_foreign_byte_order_is_kept_as_it_is_or_refused():
         ctypes.BigEndianStructure if sys.byteorder == "little" else ctypes.LittleEndianStructure
     )
 
-    class Swapped(foreign):
+    # A base class chosen at run time, which a type checker cannot follow.
+    class Swapped(foreign):  # type: ignore[misc,valid-type]
         _fields_ = (("value", ctypes.c_uint32),)
 
     class Holder(pynvml._PrintableStructure):
         _fields_ = (("inner", Swapped),)
 
-    class HookedSwapped(foreign):
+    class HookedSwapped(foreign):  # type: ignore[misc,valid-type]
         _fields_ = (("value", ctypes.c_uint32),)
 
         def __getattribute__(self, name):

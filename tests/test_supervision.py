@@ -52,6 +52,11 @@ def crash_logs(caplog: pytest.LogCaptureFixture, thread_name: str) -> list[loggi
     ]
 
 
+def crashed_with(record: logging.LogRecord) -> type[BaseException] | None:
+    """The exception type a crash log carries."""
+    return record.exc_info[0] if record.exc_info else None
+
+
 class Fault:
     """Wraps `obj.name` so that calls raise while `broken`, or `once` times; otherwise pass."""
 
@@ -163,7 +168,7 @@ def test_a_crash_is_logged_once_and_the_loop_restarts(caplog):
         loop.stop()
     records = crash_logs(caplog, "toy-loop")
     assert len(records) == 1, [r.getMessage() for r in caplog.records]
-    assert records[0].exc_info[0] is KeyError
+    assert crashed_with(records[0]) is KeyError
 
 
 def test_a_thread_whose_restart_raises_gives_up(caplog):
@@ -248,12 +253,13 @@ def test_a_crashing_helper_reports_failure_and_restarts(
         assert wait_for(
             lambda: (
                 published.last.sequence > tick
-                and published.last.gpus[0].readings.pcie_tx_kbps is not None
+                and (readings := published.last.gpus[0].readings) is not None
+                and readings.pcie_tx_kbps is not None
             ),
             10,
         )
     records = crash_logs(caplog, thread_name)
-    assert len(records) == 1 and records[0].exc_info[0] is RuntimeError
+    assert len(records) == 1 and crashed_with(records[0]) is RuntimeError
 
 
 async def test_a_helper_that_cannot_restart_fails_healthz(
@@ -349,7 +355,7 @@ async def test_a_crashing_pods_watch_is_unsynced_until_the_object_is_fixed(
         assert wait_for(lambda: kube_success(watcher) and ("ml", "odd-0") in watcher.view().pods)
         assert watcher.thread_healthy and thread_problem(watcher) is None
         records = crash_logs(caplog, "kubernetes-pods")
-        assert len(records) == 1 and records[0].exc_info[0] is AttributeError
+        assert len(records) == 1 and crashed_with(records[0]) is AttributeError
     finally:
         watcher.stop(timeout=3)
 

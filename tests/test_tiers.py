@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
@@ -86,8 +87,10 @@ def unit_test_node(name: str) -> SimpleNamespace:
 
 
 def test_a_unit_test_that_starts_a_process_fails_naming_it():
+    # _execute_child is private to CPython, so typeshed leaves it out.
     before = subprocess.Popen._execute_child  # type: ignore[attr-defined]
-    guard = refuse_processes_in_unit_tests(SimpleNamespace(node=unit_test_node("t::x")))
+    request = cast(pytest.FixtureRequest, SimpleNamespace(node=unit_test_node("t::x")))
+    guard = refuse_processes_in_unit_tests(request)
     next(guard)
     # Swallowed by the test, the attempt is still reported when the test ends.
     with pytest.raises(RuntimeError, match="may not start a process"):

@@ -151,6 +151,7 @@ def _fixture_functions(item: pytest.Item) -> Iterable[Callable[..., Any]]:
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return
+    # Only pytest.Function declares fixturenames; an item with _fixtureinfo has them.
     for name in item.fixturenames:  # type: ignore[attr-defined]
         definitions = info.name2fixturedefs.get(name)
         if definitions:
@@ -200,12 +201,13 @@ def refuse_processes_in_unit_tests(request: pytest.FixtureRequest) -> Iterator[N
 
     # Patched below Popen so asyncio's subprocesses are caught too; the test's own exception
     # handling cannot hide the attempt, since it is reported after the test.
+    # _execute_child is private to CPython, so typeshed leaves it out.
     execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
-    subprocess.Popen._execute_child = refuse  # type: ignore[attr-defined,method-assign]
+    subprocess.Popen._execute_child = refuse  # type: ignore[attr-defined]
     try:
         yield
     finally:
-        subprocess.Popen._execute_child = execute_child  # type: ignore[attr-defined,method-assign]
+        subprocess.Popen._execute_child = execute_child  # type: ignore[attr-defined]
     if started:
         pytest.fail(
             f"{request.node.nodeid} is tiered unit but started {', '.join(started)}: "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,7 +83,7 @@ def make_leaf(
     directory: Path,
     name: str,
     ca: tuple[Pair, x509.Certificate, ec.EllipticCurvePrivateKey],
-    sans: list[x509.GeneralName],
+    sans: Sequence[x509.GeneralName],
     server: bool,
 ) -> Pair:
     _, ca_cert, ca_key = ca

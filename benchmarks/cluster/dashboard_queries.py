@@ -81,7 +81,7 @@ def inliner() -> Inliner:
 
 def grafana_queries(api: PrometheusAPI, start: float, end: float) -> list[PanelQuery]:
     """Every panel query of the bundle's dashboards as Grafana sends it for [start, end]."""
-    queries = []
+    queries: list[PanelQuery] = []
     for path in DASHBOARDS:
         dashboard = json.loads(path.read_text())
         variables = resolve_variables(dashboard, api, start, select_all=True)

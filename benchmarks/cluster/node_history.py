@@ -87,14 +87,15 @@ def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
     kubelet = FakeKubelet(nvml, Path(tmp.name) / "kubelet.sock").start()
     try:
         watcher = PodResourcesWatcher(PodResourcesClient(str(kubelet.socket_path)), 1.0)
-        if not watcher.refresh():
+        latest = watcher.latest if watcher.refresh() else None
+        if latest is None:
             raise RuntimeError(f"fake kubelet: {watcher.status.last_error}")
     finally:
         kubelet.stop()
     # The pods' processes and the host's /proc and /var/log, for per-pod use of shared GPUs.
     nvml.processes = ProcessTable(nvml, kubelet)
     host = HostTree(nvml.processes, Path(tmp.name) / "host").refresh()
-    pods = sorted({(a.namespace, a.pod) for a in watcher.latest.allocations})
+    pods = sorted({(a.namespace, a.pod) for a in latest.allocations})
     metadata = {
         (ns, pod): PodMetadata(ns, pod, f"uid-{ns}-{pod}", *owner_of(ns, pod), ())
         for ns, pod in pods
@@ -109,7 +110,7 @@ def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
         pods_synced=True,
         node_synced=True,
     )
-    context = AttributionContext(pods=watcher.latest, pods_status=watcher.status, kube=view)
+    context = AttributionContext(pods=latest, pods_status=watcher.status, kube=view)
     poller = Poller(
         CollectionConfig(
             interval_seconds=step_seconds,

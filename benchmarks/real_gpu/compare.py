@@ -163,9 +163,9 @@ def _check(rule: Rule, index: Index, gpu: str, facts: GpuFacts, source: str) -> 
 def _identity(index: Index, gpu: str, facts: GpuFacts, source: str) -> list[Check]:
     model = next(
         (
-            per_gpu[gpu].labels.get(MODEL_LABEL)
+            labels.get(MODEL_LABEL)
             for name, per_gpu in index.items()
-            if name.startswith("DCGM_") and gpu in per_gpu and per_gpu[gpu].labels
+            if name.startswith("DCGM_") and gpu in per_gpu and (labels := per_gpu[gpu].labels)
         ),
         None,
     )

@@ -1,6 +1,6 @@
 """Timings on the GPU: each NVML call the exporter makes, and each field of its field-value batch
 read alone, timed by calling them directly on GPU 0 beside the simulator's cost model
-(exporter/simulator/call_costs.py) and the figures the README quotes from the simulated
+(exporter/simulator/call_costs.py) and the figures docs/benchmarks.md quotes from the simulated
 benchmarks.
 
 Every timed loop also reads the calling thread's user and system CPU before and after, so a call
@@ -40,7 +40,7 @@ SIM_PCIE_WINDOW_MS = 20.0
 SLOW_FIELD_US = 100.0
 NVLINK_LINK_COUNT = getattr(pynvml, "NVML_FI_DEV_NVLINK_LINK_COUNT", 91)
 
-# Figures the README's Benchmarks section quotes for the simulated one-GPU node (exporter row):
+# Figures docs/benchmarks.md ('Exporter side') quotes for the simulated one-GPU node (exporter row):
 # a real node with one GPU is the closest thing to compare with.
 README_FIGURES: dict[str, float] = {
     "steady_rss_mb": 52.1,

@@ -9,6 +9,7 @@ import datetime
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,7 @@ def _mig_profiles(handle: Any, total_bytes: int | None, support: dict[str, str])
         info = _try(
             support,
             "nvmlDeviceGetGpuInstanceProfileInfo",
-            lambda p=profile: pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, p),
+            partial(pynvml.nvmlDeviceGetGpuInstanceProfileInfo, handle, profile),
         )
         if info is None or not info.instanceCount:
             continue
@@ -140,7 +141,7 @@ def _profiles_handle(handle: Any, name: str, support: dict[str, str]) -> Any:
     candidates = [handle]
     for index in range(pynvml.nvmlDeviceGetCount()):
         other = pynvml.nvmlDeviceGetHandleByIndex(index)
-        mode = _try(support, "nvmlDeviceGetMigMode", lambda h=other: pynvml.nvmlDeviceGetMigMode(h))
+        mode = _try(support, "nvmlDeviceGetMigMode", partial(pynvml.nvmlDeviceGetMigMode, other))
         if mode and mode[0] and _text(pynvml.nvmlDeviceGetName(other)) == name:
             candidates.append(other)
     return candidates
@@ -389,7 +390,7 @@ def render(report: RunReport) -> str:
 
     lines += ["## NOT_SUPPORTED on this GPU", ""]
     if report.unsupported:
-        rows = [
+        rows: list[tuple[str, ...]] = [
             (
                 u.function,
                 u.error,
@@ -400,7 +401,14 @@ def render(report: RunReport) -> str:
             )
             for u in report.unsupported
         ]
-        header = ("function", "answer", "families", "series", "error growth", "handled")
+        header: tuple[str, ...] = (
+            "function",
+            "answer",
+            "families",
+            "series",
+            "error growth",
+            "handled",
+        )
         lines += [*table(header, rows), ""]
     else:
         lines += ["Every call answered.", ""]

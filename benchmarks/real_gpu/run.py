@@ -553,7 +553,7 @@ def build_report(
 
     snapshots, generator = observed.phases.snapshots, observed.phases.generator
     notes = observed.notes
-    checks: dict[str, list[Any]] = {}
+    checks: dict[str, Sequence[Any]] = {}
     checks["pynvml"] = merge_checks([compare(s.exposition, s.nvml, "pynvml") for s in snapshots])
     with_smi = [s for s in snapshots if s.smi is not None]
     if with_smi:

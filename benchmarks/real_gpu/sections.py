@@ -305,7 +305,7 @@ def exporter(report: RunReport) -> list[str]:
         "",
         "CPU from /proc/<pid>/stat (utime and stime, all threads) over the run.",
         "",
-        *table(("figure", "this run", "README (simulated one-GPU node)"), rows),
+        *table(("figure", "this run", "docs/benchmarks.md (simulated one-GPU node)"), rows),
         "",
     ]
 

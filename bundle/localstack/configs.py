@@ -46,7 +46,10 @@ def quick_alerts(config: BundleConfig, for_: str = "5s", window: str = "15s") ->
     """The same rules with every `for` set to `for_` and every look-back window to `window`, so
     that an alert fires and resolves within seconds. Never written to the committed files."""
     thresholds = config.thresholds
-    durations = {f.name: for_ for f in fields(thresholds) if f.name.endswith("_for")}
+    # Keyword arguments of replace(): Any, as the checker cannot tell which fields the names pick.
+    durations: dict[str, Any] = {
+        f.name: for_ for f in fields(thresholds) if f.name.endswith("_for")
+    }
     return replace(
         config,
         thresholds=replace(

@@ -31,7 +31,8 @@ class AlertWebhook:
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
+        # The bound address, as server_address holds it, but typed as a TCP socket's (host, port).
+        host, port = self._server.socket.getsockname()[:2]
         return f"http://{host}:{port}/alerts"
 
     def start(self) -> AlertWebhook:

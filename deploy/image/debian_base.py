@@ -71,9 +71,9 @@ def _entries(text: str, deb822: bool) -> Iterable[tuple[list[str], list[str], li
     """(URIs, suites, components) of each `deb` entry, in either apt format."""
     if not deb822:
         for line in text.splitlines():
-            line = re.sub(r"\[[^]]*\]", "", line.split("#", 1)[0]).split()
-            if len(line) >= 4 and line[0] == "deb":
-                yield [line[1]], [line[2]], line[3:]
+            words = re.sub(r"\[[^]]*\]", "", line.split("#", 1)[0]).split()
+            if len(words) >= 4 and words[0] == "deb":
+                yield [words[1]], [words[2]], words[3:]
         return
     for paragraph in re.split(r"\n\s*\n", text):
         fields: dict[str, str] = {}

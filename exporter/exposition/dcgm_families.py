@@ -386,8 +386,8 @@ class DcgmFamilies:
         for family in (*self.gpu, *self.profiling):
             yield family.name, family.classic
         yield self.xid.name, XID_ERRORS
-        for family in (self.xid_total, self.clock_events_total):
-            yield family.name, family.name
+        for counter in (self.xid_total, self.clock_events_total):
+            yield counter.name, counter.name
 
 
 def resolve(row: DcgmRow, profile: Profile) -> DcgmFamily:

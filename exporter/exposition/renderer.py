@@ -129,8 +129,8 @@ class Renderer:
                 render()
             except Exception as exc:
                 self._failed(part, exc)
-        for family, exc in out.failed:
-            self._failed(family, exc)
+        for name, error in out.failed:
+            self._failed(name, error)
         if self._render_errors:
             out.family(
                 own.RENDER_ERRORS_TOTAL,

@@ -263,7 +263,9 @@ class DeviceReader:
         values.update(batched)
         self._keep_slow(uuid, values, with_slow and batch.answered)
         if self._energy is not None:
-            values[ENERGY_ATTRIBUTE] = self._energy.update(uuid, power, energy_read)
+            # An unsigned long long field: int already, but the batch types all its values alike.
+            counter_mj = None if energy_read is None else int(energy_read)
+            values[ENERGY_ATTRIBUTE] = self._energy.update(uuid, power, counter_mj)
         with self._plans_lock:
             values["vgpu_license_status"] = self._licence.get(uuid)
         return GpuReadings(**{k: v for k, v in values.items() if v is not None})

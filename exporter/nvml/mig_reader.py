@@ -30,6 +30,11 @@ from exporter.snapshot import GpuIdentity, MigInstance
 
 log = logging.getLogger(__name__)
 
+# Why NVML refuses the GPU-instance queries when that is known and intended: a simulated node runs
+# unprivileged on purpose (exporter.app.simulated_node sets this), so the refusal is no advice to
+# give; it is logged at debug, with this reason. None on a real node, where it is worth knowing.
+expected_refusal: str | None = None
+
 _EMPTY_SLOT = (pynvml.NVMLError_NotFound, pynvml.NVMLError_InvalidArgument)
 # How NVML declines the GPU-instance queries: no admin rights, a board or guest without them, a
 # driver without the symbol. That describes the deployment, not a failing GPU, so it is not
@@ -240,6 +245,14 @@ class MigReader:
         if parent.uuid in self._refusal_logged:
             return
         self._refusal_logged.add(parent.uuid)
+        if expected_refusal is not None:
+            log.debug(
+                "%s: NVML refused the GPU-instance queries (%s), as expected: %s",
+                parent.uuid,
+                exc,
+                expected_refusal,
+            )
+            return
         log.info(
             "%s: NVML refused the GPU-instance queries (%s): MIG placements stay unknown and "
             "GI profile IDs come from the profile table; run privileged to get placements",
@@ -265,7 +278,9 @@ class MigReader:
                 index,
                 version=2,
             )
-            name = None if info is None else _profile_info_name(info.name)
+            if info is None:
+                continue
+            name = _profile_info_name(info.name)
             if name is not None:
                 table.setdefault(name, int(info.id))
         return table

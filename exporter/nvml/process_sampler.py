@@ -278,7 +278,7 @@ class ProcessSampler(PeriodicHelper):
             found = owners.get(pid)
             if found is None:
                 found = owners[pid] = self._owners.owner(pid)
-            owned = isinstance(found, ProcessOwner)
+            owner = found if isinstance(found, ProcessOwner) else None
             processes.append(
                 GpuProcess(
                     pid=pid,
@@ -286,8 +286,8 @@ class ProcessSampler(PeriodicHelper):
                     used_memory_bytes=usage[(pid, gpu_instance_id)],
                     # A process the window has no sample for was idle in it.
                     sm_util_pct=None if sm is None else sm.get(pid, 0),
-                    owner=found if owned else None,
-                    unattributed_reason="" if owned else str(found),
+                    owner=owner,
+                    unattributed_reason="" if owner is not None else str(found),
                 )
             )
         return tuple(processes)

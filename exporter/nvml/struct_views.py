@@ -80,7 +80,8 @@ def _plain_locked(ctype: _CTypes) -> _CTypes:
 
 def _derive(ctype: _CTypes) -> _CTypes:
     if issubclass(ctype, ctypes.Array):
-        element = _plain_locked(ctype._type_)
+        # typeshed types Array's _type_ as an instance property; on the class it is the type.
+        element = _plain_locked(ctype._type_)  # type: ignore[arg-type]
         return ctype if element is ctype._type_ else element * ctype._length_
     if not issubclass(ctype, _Aggregate):
         return ctype  # scalars and pointers have no Python hooks

@@ -4,6 +4,7 @@ and how many devices of each resource the node can allocate and has allocated.""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from exporter.podresources.device_ids import DeviceRef, is_gpu_resource, parse_device_id
@@ -51,9 +52,11 @@ class PodResourcesSnapshot:
     dra_allocations: tuple[DraAllocation, ...] = ()
 
 
-def count_devices(devices: object, extra: frozenset[str]) -> dict[str, int]:
+def count_devices(
+    devices: Iterable[api_pb2.ContainerDevices], extra: frozenset[str]
+) -> dict[str, int]:
     counts: Counter[str] = Counter()
-    for entry in devices:  # type: ignore[attr-defined]
+    for entry in devices:
         if is_gpu_resource(entry.resource_name, extra):
             counts[entry.resource_name] += len(entry.device_ids)
     return dict(counts)

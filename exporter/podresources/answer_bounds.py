@@ -15,10 +15,17 @@ field added there is walked without a change here; only the bounds below are our
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeAlias
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from exporter.podresources.v1 import api_pb2
+
+if TYPE_CHECKING:
+    from google._upb._message import Descriptor as UpbDescriptor
+
+    # A message's DESCRIPTOR is the pure-Python class or upb's C one, depending on the backend.
+    AnyDescriptor: TypeAlias = Descriptor | UpbDescriptor
 
 # The kubelet's max-pods is 110 by default and rarely set above 500; 5,000 leaves ten times the
 # largest in use for pods a kubelet still lists while they terminate.
@@ -146,7 +153,7 @@ class _Message:
     leaf: bool = False
 
 
-def _compile(descriptor: Descriptor, done: dict[str, _Message]) -> _Message:
+def _compile(descriptor: AnyDescriptor, done: dict[str, _Message]) -> _Message:
     if descriptor.full_name in done:
         return done[descriptor.full_name]
     compiled = done[descriptor.full_name] = _Message(descriptor.full_name)
@@ -154,7 +161,8 @@ def _compile(descriptor: Descriptor, done: dict[str, _Message]) -> _Message:
         what, limit, per_parent = _COUNTS.get(item.full_name, ("", 0, 0))
         string_what, string_limit = _STRING_LIMITS.get(item.full_name, ("", 0))
         nested = None
-        if item.type == FieldDescriptor.TYPE_MESSAGE:
+        # A message field always has its message_type; the None is only the stubs' other fields.
+        if item.type == FieldDescriptor.TYPE_MESSAGE and item.message_type is not None:
             nested = _compile(item.message_type, done)
         width = 0
         if item.is_repeated:

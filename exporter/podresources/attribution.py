@@ -209,10 +209,10 @@ def _dra_holders(
     results: dict[tuple[str, str, str], DraTarget | str] = {}
     holders: dict[tuple[object, ...], tuple[DeviceKey | None, Holder]] = {}
     for a in allocations:
-        device = (a.driver, a.pool, a.device)
-        if device not in results:
-            results[device] = resolve_dra_device(a.driver, a.pool, a.device, index)
-        target = results[device]
+        address = (a.driver, a.pool, a.device)
+        if address not in results:
+            results[address] = resolve_dra_device(a.driver, a.pool, a.device, index)
+        target = results[address]
         if target == FOREIGN_DRIVER:
             continue
         key: DeviceKey | None = None
@@ -229,7 +229,7 @@ def _dra_holders(
             a.container,
             a.claim_namespace,
             a.claim_name,
-            *device,
+            *address,
             a.share_id,
         )
         if holding in holders:

@@ -77,7 +77,7 @@ class PodResourcesClient:
         # Per method, the last answer's bytes and what they parsed to: the kubelet's answer is
         # the same bytes round after round until a pod changes, and comparing bytes costs far
         # less than checking and parsing them again.
-        self._last: dict[str, tuple[bytes, Message]] = {}
+        self._last: dict[str, tuple[bytearray, Message]] = {}
 
     def reset(self) -> None:
         self._channel.close()
@@ -95,11 +95,12 @@ class PodResourcesClient:
         return message
 
     @staticmethod
-    def _parse(method: str, payload: bytes, response_type: type[_Response]) -> _Response:
+    def _parse(method: str, payload: bytearray, response_type: type[_Response]) -> _Response:
         try:
             # Before parsing: 32 MiB of tiny fields would decode to gigabytes (answer_bounds).
             check_answer(method, payload)
-            return response_type.FromString(payload)
+            # upb parses any buffer; the stubs say bytes, and a copy of up to 32 MiB would cost.
+            return response_type.FromString(payload)  # type: ignore[arg-type]
         except AnswerTooLarge as exc:
             raise RpcError(TOO_LARGE, str(exc)) from None
         except (DecodeError, AnswerMalformed) as exc:

@@ -59,7 +59,7 @@ def dra_units(index: DraIndex, attribution: Attribution, slices_synced: bool) ->
             if gpu is not None:
                 units[gpu] += 1
         return units
-    for device in attribution.dra_in_use:
-        if device.key is not None:
-            units[device.key[0]] += 1
+    for held in attribution.dra_in_use:
+        if held.key is not None:
+            units[held.key[0]] += 1
     return units

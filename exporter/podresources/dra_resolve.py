@@ -172,9 +172,9 @@ def resolve_dra_device(driver: str, pool: str, device: str, index: DraIndex) -> 
     if announced is not None:
         placed_on = slice_gpu(announced, index)
         if gpu is not None and name is not None and placed_on not in ("", gpu.identity.uuid):
-            found = _by_name(gpu, name)
-            if isinstance(found, DraTarget):
-                return replace(found, slice_conflict=True)
+            by_name = _by_name(gpu, name)
+            if isinstance(by_name, DraTarget):
+                return replace(by_name, slice_conflict=True)
             return SLICE_CONFLICT
         found = _from_slice(announced, name, index)
         if found is not None:

@@ -136,9 +136,15 @@ def parse_body(raw: bytes, fields: dict[str, Field]) -> dict[str, Any]:
         if isinstance(value, bool) != (spec.kind is bool) or not isinstance(value, spec.kind):
             got = _shown_json(value)
             raise BadRequest(f"{name}: expected {_kind_name(spec.kind)}, got {got}")
-        if spec.low is not None and spec.high is not None and not spec.low <= value <= spec.high:
-            shown_value = shown(value)
-            raise BadRequest(f"{name}: {shown_value} is out of range [{spec.low:g}, {spec.high:g}]")
+        low, high = spec.low, spec.high
+        # Only numeric fields have a range.
+        if (
+            low is not None
+            and high is not None
+            and isinstance(value, int | float)
+            and not low <= value <= high
+        ):
+            raise BadRequest(f"{name}: {shown(value)} is out of range [{low:g}, {high:g}]")
         values[name] = value
     return values
 
@@ -208,7 +214,8 @@ def add_control_routes(app: web.Application, nvml: FakeNvml, kubelet: FakeKubele
             raise web.HTTPBadRequest(text=f"{exc}\n") from None
         return web.json_response(gpu_state(gpu, kubelet))
 
-    node_actions: dict[str, Callable[[], None]] = {
+    # What an action returns (kubelet/stop's FakeKubelet) is not used.
+    node_actions: dict[str, Callable[[], object]] = {
         "driver/unload": nvml.unload_driver,
         "driver/load": nvml.load_driver,
         # The fake kubelet's gRPC server waits out a grace period on stop: off the event loop.
@@ -220,7 +227,7 @@ def add_control_routes(app: web.Application, nvml: FakeNvml, kubelet: FakeKubele
     # same socket path; the loser's server, dropped, would later delete the winner's socket.
     node_lock = threading.Lock()
 
-    def run_node_action(action: Callable[[], None]) -> None:
+    def run_node_action(action: Callable[[], object]) -> None:
         with node_lock:
             action()
 

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs, urlparse
 
 SLICES = "resourceslices"
@@ -229,7 +229,7 @@ class FakeKubeApi:
 
     # ---- serving ----
 
-    def start(self, port: int = 0) -> FakeKubeApi:
+    def start(self, port: int = 0) -> Self:
         api = self
 
         class Handler(BaseHTTPRequestHandler):

@@ -121,6 +121,7 @@ def _api(
 
     def mark(method: Callable) -> Callable:
         meta = (name or method.__name__, device, on_mig, gpu_instance)
+        # A function takes any attribute, but its type declares none.
         method._nvml = meta  # type: ignore[attr-defined]
         return method
 
@@ -203,7 +204,7 @@ class FakeNvml:
         for attr in dir(self):
             member = getattr(self, attr, None)
             meta = getattr(member, "_nvml", None)
-            if meta is not None:
+            if meta is not None and callable(member):
                 call = self._wrap(member, *meta)
                 if self.answers is not None:
                     call = self.answers.wrap(meta[0], call)
@@ -302,6 +303,7 @@ class FakeNvml:
                 return method(*args, **kwargs)
             if not args:
                 raise pynvml.NVMLError_InvalidArgument()
+            instance: SimMigInstance | None
             if gpu_instance:
                 gpu, instance = self._resolve_gpu_instance(args[0])
             else:

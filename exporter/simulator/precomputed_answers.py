@@ -57,7 +57,7 @@ _UNCACHEABLE = object()
 _FOREIGN_CALL = ctypes.CDLL(None).getppid
 
 
-def _handle_types() -> tuple[type, ...]:
+def _handle_types() -> tuple[type[ctypes._Pointer[Any]], ...]:
     return tuple(
         getattr(pynvml, name)
         for name in ("c_nvmlDevice_t", "c_nvmlGpuInstance_t", "c_nvmlComputeInstance_t")

@@ -68,7 +68,8 @@ class FakeKubeStateMetrics:
 
     @property
     def address(self) -> str:
-        host, port = self._server.server_address[:2]
+        # The bound address, as server_address holds it, but typed as a TCP socket's (host, port).
+        host, port = self._server.socket.getsockname()[:2]
         return f"{host}:{port}"
 
     def stop(self) -> None:
