@@ -9,7 +9,7 @@ ARGS ?=
 # `make check`'s pytest workers: the unit tests mostly wait on timers and loopback sockets.
 WORKERS ?= 2
 
-.PHONY: run demo check test stress-test golden lint bench soak bundle protos system-deps clean validate-gpu
+.PHONY: run demo check test stress-test golden lint bench soak bundle chart protos system-deps clean validate-gpu
 .PHONY: grafana-schema-deps test-plan
 
 # One virtualenv, installed into by what each target needs, each once per change of
@@ -154,10 +154,17 @@ validate-gpu: $(VENV)/.installed
 soak: $(VENV)/.installed
 	$(PY) -m benchmarks.soak $(ARGS)
 
-## bundle: regenerate dashboards, rules and scrape configs from bundle/config.py; with
+## bundle: regenerate dashboards, rules, scrape configs, deploy/ and the Helm chart's generated
+## parts (and the values tables of README.md and docs/helm.md) from bundle/config.py; with
 ## CONFIG=my.yaml OUT=DIR, your overrides of those defaults into DIR (OUT alone: the defaults)
 bundle: $(VENV)/.installed-bundle
 	$(PY) -m bundle.render $(if $(CONFIG),--config '$(CONFIG)') $(if $(OUT),--out '$(OUT)')
+
+## chart: `helm lint --strict` the Helm chart in deploy/helm/kube-gpu-exporter, then package it
+## as dist/kube-gpu-exporter-<version>.tgz, both with Helm's own engine (helm-python-sdk, in the
+## [test] extra); `make bundle` writes the chart's generated parts
+chart: $(VENV)/.installed
+	$(PY) -m bundle.helm_chart package --out dist
 
 ## protos: regenerate the committed pod-resources gRPC stubs from their .proto
 protos: $(VENV)/.installed

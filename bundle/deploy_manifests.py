@@ -24,6 +24,10 @@ NAME = "kube-gpu-exporter"
 POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
 SOURCE = "bundle/deploy_manifests.py"
 ENRICHMENT_ROLE = f"{NAME}-kubernetes-enrichment"
+# What kube-prometheus-stack's Grafana sidecar looks for on a dashboard ConfigMap (its defaults:
+# `grafana.sidecar.dashboards.label` and, when set, `folderAnnotation`).
+DASHBOARD_LABEL = ("grafana_dashboard", "1")
+FOLDER_ANNOTATION = "grafana_folder"
 
 
 def _labels(config: BundleConfig) -> dict[str, str]:
@@ -179,9 +183,9 @@ def dashboard_config_maps(config: BundleConfig, dashboards: dict[str, str]) -> l
                 "metadata": _metadata(
                     config,
                     f"{NAME}-dashboard-{file_name.removesuffix('.json')}",
-                    annotations={"grafana_folder": config.deployment.grafana_folder},
+                    annotations={FOLDER_ANNOTATION: config.deployment.grafana_folder},
                 )
-                | {"labels": {**_labels(config), "grafana_dashboard": "1"}},
+                | {"labels": {**_labels(config), DASHBOARD_LABEL[0]: DASHBOARD_LABEL[1]}},
                 "data": {file_name: content},
             }
         )

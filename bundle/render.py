@@ -7,6 +7,7 @@
 Generation is deterministic, so the committed files are exactly what this prints. Each flavour
 (bundle/flavours.py) is one dcgm-exporter profile; the default one also gets the deploy manifests
 and scrape configs, and the others get a runbook and promtool tests derived from the default's.
+The Helm chart's generated parts (bundle/helm_chart.py) hold every flavour's rules and dashboards.
 
 With --out, the bundle one config makes (the defaults, or them with an overrides file laid over
 them, see bundle/overrides.py) goes into DIR with the committed bundle's files and paths: every
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from bundle import overrides
+from bundle import helm_chart, overrides
 from bundle.config import DEFAULT, BundleConfig
 from bundle.flavours import FLAVOURS, flavour_config, flavour_paths, relocate
 
@@ -74,6 +75,25 @@ def _deploy(config: BundleConfig) -> dict[str, str]:
 
     return manifest_files(
         config, prometheus_rule(config), service_monitor(config), dashboard_files(config)
+    )
+
+
+def _helm_chart(config: BundleConfig) -> dict[str, str]:
+    """The Helm chart's generated parts (bundle/helm_chart.py), with the rules and dashboards of
+    `config`'s flavour and, for the default profile, of every other committed flavour, as
+    bundle_files makes them. Not one of GENERATORS: those make one flavour's files, and the
+    chart holds every flavour."""
+    from alerts.rules_file import prometheus_rule
+    from bundle.helm_chart import chart_files
+    from dashboards.render import dashboard_files
+
+    flavours = {config.dcgm_version: config}
+    if config.dcgm_version == DEFAULT.dcgm_version:
+        flavours |= {v: flavour_config(v, config) for v in FLAVOURS if v != config.dcgm_version}
+    return chart_files(
+        config,
+        {version: prometheus_rule(c) for version, c in flavours.items()},
+        {version: dashboard_files(c) for version, c in flavours.items()},
     )
 
 
@@ -146,8 +166,9 @@ def bundle_files(config: BundleConfig = DEFAULT) -> dict[str, str]:
     """Path -> content of the whole bundle `config` makes, laid out as the committed one: its
     own flavour with the deploy manifests, scrape configs and runbook at the top, each other
     committed flavour made from it as flavours.py makes them (alerts/dcgm-4.9/...), and the
-    promtool tests where they hold (tests_hold). From DEFAULT, exactly the committed files. A
-    config for another profile than the default is one flavour: it has no other to go with."""
+    promtool tests where they hold (tests_hold), and the Helm chart (its generated parts with the
+    hand-written ones beside them). From DEFAULT, exactly the committed files. A config for
+    another profile than the default is one flavour: it has no other to go with."""
     tests = tests_hold(config)
     if config == DEFAULT:
         # The hand-written sources as they are: a translation to the same config would only
@@ -158,7 +179,14 @@ def bundle_files(config: BundleConfig = DEFAULT) -> dict[str, str]:
         }
     else:
         own = _derived(config, note=False, tests=tests)
-    files = {**artifacts(config), **own}
+    files = {**artifacts(config), **own, **_helm_chart(config)}
+    # The chart's templates, NOTES.txt and ci/ are hand-written: a copy without them is no
+    # chart, so a generator outside a checkout (an installed wheel) leaves the chart out.
+    chart = helm_chart.hand_written(ROOT)
+    if chart:
+        files.update(chart)
+    else:
+        files = {path: text for path, text in files.items() if not helm_chart.is_generated(path)}
     if config.dcgm_version != DEFAULT.dcgm_version:
         return files
     for version in FLAVOURS:
@@ -184,17 +212,19 @@ def all_artifacts() -> dict[str, str]:
     files: dict[str, str] = {}
     for version in FLAVOURS:
         files.update(flavour_artifacts(version))
+    files.update(_helm_chart(DEFAULT))
     return files
 
 
 def orphans(files: dict[str, str], root: Path = ROOT) -> list[str]:
-    """Files in a flavour's own folders that nothing generates any more (a deleted test file)."""
+    """Files in a flavour's own folders, or in the chart's generated ones, that nothing
+    generates any more (a deleted test file, a dashboard of a flavour that went)."""
     folders = {
         (root / relocate(version, top)).parent
         for version in FLAVOURS
         if version != DEFAULT.dcgm_version
         for top in ("alerts/x", "dashboards/x")
-    }
+    } | {root / helm_chart.CHART_DIR / folder for folder in helm_chart.GENERATED_DIRS}
     found = {
         path.relative_to(root).as_posix()
         for folder in folders
@@ -206,13 +236,15 @@ def orphans(files: dict[str, str], root: Path = ROOT) -> list[str]:
 
 
 def drifted(root: Path = ROOT) -> list[str]:
-    """Generated files whose committed copy is missing or differs, and orphaned flavour files."""
+    """Generated files whose committed copy is missing or differs, orphaned flavour files, and
+    pages whose values table (bundle/helm_chart.py) is not the chart's values.yaml's."""
     files = all_artifacts()
     stale = [
         path
         for path, content in files.items()
         if not (root / path).is_file() or (root / path).read_text() != content
     ]
+    stale += helm_chart.stale_tables(root, files[helm_chart.VALUES])
     return sorted(stale + orphans(files, root))
 
 
@@ -248,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         target.write_text(content)
     for path in orphans(files):
         (ROOT / path).unlink()
+    helm_chart.write_tables(ROOT, files[helm_chart.VALUES])
     return 0
 
 

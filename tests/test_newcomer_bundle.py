@@ -15,11 +15,14 @@ import yaml
 
 from bundle.config import DEFAULT
 from bundle.flavours import FLAVOURS, flavour_paths
+from bundle.helm_chart import hand_written
 from bundle.render import ROOT, all_artifacts, bundle_files, main
 
 COMMITTED_SOURCES = (
     "alerts/runbook.md",
     *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "alerts" / "tests").glob("*.yaml")),
+    # The Helm chart's hand-written templates, notes and ci/ values, with its generated parts.
+    *hand_written(ROOT),
 )
 
 

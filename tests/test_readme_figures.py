@@ -55,6 +55,8 @@ SECTION_SOURCES: dict[str, tuple[str, ...]] = {
     "Try the whole stack locally (`make demo`)": (*DEMO, "Makefile"),
     "Install": ("pyproject.toml",),
     "Deploy on Kubernetes": DEPLOY,
+    # Its values table is made from deploy/helm/kube-gpu-exporter/values.yaml (in DEPLOY's globs).
+    "Install with Helm": DEPLOY,
     "Configure": CLI,
     "Upgrade from dcgm-exporter": ("exporter/dcgm_compat.py", *CLI, *BUNDLE),
     "Monitoring bundle": BUNDLE,

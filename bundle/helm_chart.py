@@ -1,0 +1,860 @@
+"""The Helm chart in deploy/helm/kube-gpu-exporter: its generated parts, its values tables, and
+packaging (`make chart`).
+
+`make bundle` writes what the bundle config decides, so the chart and the kustomize manifests of
+bundle/deploy_manifests.py cannot drift apart:
+
+    Chart.yaml                    name, version and appVersion (the exporter's version)
+    values.yaml                   every default, with the comments the values tables are made of
+    values.schema.json            the type of every value, which Helm enforces at install time
+    templates/_generated.tpl      what is not a value: the fixed environment, the pod-resources
+                                  mount, the enrichment ClusterRole's rules, process accounting's
+                                  volume, the bundle's relabelings, the profiles the chart carries
+    files/prometheus-rules/       one PrometheusRule spec per flavour (alerts/prometheusrule.yaml)
+    files/dashboards/             the provisioned dashboards per flavour (dashboards/provisioned/)
+
+The templates, NOTES.txt, .helmignore and ci/ are written by hand; tests/test_helm_chart.py
+renders them with Helm's own engine (the helm-python-sdk test dependency) and holds the default
+render to deploy/base. The README's and docs/helm.md's values tables are made from values.yaml's
+`# --` comments (values_table) and checked like the generated files.
+
+    python -m bundle.helm_chart package [--out dist]   # lint --strict, then dist/<name>-<v>.tgz
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bundle import deploy_manifests
+from bundle.config import BundleConfig
+from bundle.scrape_configs import _operator_relabelings
+from bundle.yaml_output import HEADER, dump
+from exporter import __version__
+from exporter.cli import DRIVER_LABELS
+from exporter.dcgm_compat import DEFAULT_VERSION, DcgmVersion
+
+CHART = "kube-gpu-exporter"
+CHART_DIR = f"deploy/helm/{CHART}"
+SOURCE = "bundle/helm_chart.py"
+# Where a value's description lives; its default comes from bundle/config.py.
+ORIGIN = "bundle/config.py (defaults) or bundle/helm_chart.py (descriptions)"
+VALUES = f"{CHART_DIR}/values.yaml"
+# The generated parts, besides files/, relative to the chart.
+GENERATED_TOP = ("Chart.yaml", "values.yaml", "values.schema.json", "templates/_generated.tpl")
+GENERATED_DIRS = ("files",)
+# values.yaml's comments wrap here, as the repository's code does.
+WIDTH = 100
+
+
+def flavour_dir(version: str) -> str:
+    """A flavour's name inside the chart: the `--compat.dcgm-exporter` value it is made for."""
+    return f"dcgm-{version}"
+
+
+# ---- values.yaml: one declaration makes the file, its comments and its schema ----
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    """One key of values.yaml. `doc` becomes its `# --` comment (what the values tables show);
+    `note`, comment lines above it that the tables leave out; `schema`, its JSON schema, inferred
+    from the default where not given. A Value with `children` is a group of keys."""
+
+    key: str
+    doc: str
+    default: Any = None
+    children: tuple[Value, ...] = ()
+    schema: Mapping[str, Any] | None = None
+    note: str = ""
+
+
+STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
+OBJECTS = {"type": "array", "items": {"type": "object"}}
+DURATION = {"type": "string", "pattern": "^([0-9]+(ms|s|m|h))+$"}
+QUANTITY = {"anyOf": [{"type": "string"}, {"type": "number"}]}
+# prometheus-operator's SecretKeySelector, as basicAuth's username and password take it.
+SECRET_KEY = {
+    "type": "object",
+    "required": ["name", "key"],
+    "properties": {"name": {"type": "string"}, "key": {"type": "string"}},
+}
+BASIC_AUTH = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"username": SECRET_KEY, "password": SECRET_KEY},
+}
+# What the exporter reads from --web.config.file (docs/configuration.md); it refuses other keys at
+# start, and a plain-text password too: the schema says so at install time instead.
+WEB_CONFIG = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "tls_server_config": {"type": "object"},
+        "http_server_config": {"type": "object"},
+        "basic_auth_users": {
+            "type": "object",
+            "additionalProperties": {"type": "string", "pattern": r"^\$2[abxy]?\$"},
+        },
+    },
+}
+
+
+def _monitor(kind: str, what: str, config: BundleConfig) -> tuple[Value, ...]:
+    s = config.scrape
+    return (
+        Value("enabled", f"Create the {kind} (needs prometheus-operator's CRDs).", False),
+        Value(
+            "additionalLabels",
+            "Labels on it that Prometheus selects it by: kube-prometheus-stack selects "
+            "`release: <its release name>`.",
+            {"release": s.release_label},
+            schema=STRINGS,
+        ),
+        Value("interval", "How often Prometheus scrapes each pod.", s.interval, schema=DURATION),
+        Value("scrapeTimeout", "Scrape timeout.", s.timeout, schema=DURATION),
+        Value(
+            "relabelings",
+            f"Relabelings after the bundle's, which drop the target labels the operator adds to "
+            f"{what}, copy the pod's node to `{config.labels.node}` and set "
+            f"`job={s.job_name}`, the job the dashboards and alerts select.",
+            [],
+            schema=OBJECTS,
+        ),
+        Value("metricRelabelings", "Relabelings of the scraped series.", [], schema=OBJECTS),
+        Value(
+            "tlsConfig",
+            "How Prometheus checks the exporter's certificate with `webConfig.tls` "
+            "(prometheus-operator's `tlsConfig`, e.g. `insecureSkipVerify: true`).",
+            {},
+            schema={"type": "object"},
+        ),
+        Value(
+            "basicAuth",
+            "With `webConfig.basicAuth`: `username` and `password`, each `{name, key}` of a "
+            "Secret in the release's namespace.",
+            {},
+            schema=BASIC_AUTH,
+        ),
+    )
+
+
+PROCESS_ACCOUNTING_NOTE = """\
+Off by default, because of what it costs (docs/process-accounting.md, 'Deploying process
+accounting'). hostPID: the pod shares the node's PID namespace. The exporter runs as uid 0 with
+every capability dropped, which keeps it from tracing other processes or reading their memory,
+environment or root file system, but not from signalling another uid-0 process (the kubelet and
+the container runtime included, unless an AppArmor profile confines signals), and every
+process's command line becomes readable. The host's /var/log, read-only: the exporter lists the
+names under /var/log/containers and /var/log/pods and reads no file, but the mount exposes every
+container's logs and the node's own logs to the pod. The exporter does neither; a compromised
+one could."""
+
+COLLECTORS_NOTE = """\
+Not in this chart yet: a ConfigMap of collectors (dcgm-exporter's counters CSV) to choose the
+families served. It comes with a later release; until then, pick collectors with extraArgs
+(`--no-collector.pcie`, ...)."""
+
+
+def values_spec(config: BundleConfig) -> tuple[Value, ...]:
+    """values.yaml's keys, defaults taken from the DaemonSet deploy/base has."""
+    d, s = config.deployment, config.scrape
+    ds = deploy_manifests.daemon_set(config)
+    pod = ds["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    versions = [v.value for v in DcgmVersion]
+    return (
+        Value(
+            "image",
+            "The exporter's image. The default names no registry: build the image and push it "
+            "(README, 'Deploy on Kubernetes'), then set `image.repository`.",
+            children=(
+                Value(
+                    "repository",
+                    "Repository, with your registry in front: `<registry>/kube-gpu-exporter`.",
+                    d.image,
+                ),
+                Value(
+                    "tag",
+                    "Tag; empty: the chart's appVersion, the exporter's version.",
+                    "" if d.tag == __version__ else d.tag,
+                ),
+                Value(
+                    "pullPolicy",
+                    "When the kubelet pulls it.",
+                    container["imagePullPolicy"],
+                    schema={"enum": ["Always", "IfNotPresent", "Never"]},
+                ),
+            ),
+        ),
+        Value(
+            "imagePullSecrets",
+            "Secrets to pull the image with: `[{name: <secret>}]`.",
+            [],
+            schema={
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {"name": {"type": "string"}},
+                },
+            },
+        ),
+        Value("nameOverride", "Replaces the chart's name in object names and labels.", ""),
+        Value(
+            "fullnameOverride",
+            "Replaces the objects' name, which is the release name followed by the chart's "
+            "unless the release name holds it.",
+            "",
+        ),
+        Value(
+            "serviceAccount",
+            "The pods' ServiceAccount. Its token is mounted only with kubernetesEnrichment.",
+            children=(
+                Value("create", "Create it.", True),
+                Value(
+                    "name",
+                    "Its name; empty: the objects' name (or `default` without `create`).",
+                    "",
+                ),
+                Value("annotations", "Annotations on it.", {}, schema=STRINGS),
+            ),
+        ),
+        Value(
+            "port",
+            "Port the exporter listens on (`--web.listen-address`), the container's and the "
+            "Service's; it leaves dcgm-exporter's 9400 free.",
+            s.port,
+            schema={"type": "integer", "minimum": 1, "maximum": 65535},
+        ),
+        Value(
+            "resources",
+            "Requests and limits, sized from measurements (docs/deploy.md, 'What each "
+            "permission is for').",
+            container["resources"],
+            schema={
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "requests": {"type": "object", "additionalProperties": QUANTITY},
+                    "limits": {"type": "object", "additionalProperties": QUANTITY},
+                    "claims": OBJECTS,
+                },
+            },
+        ),
+        Value(
+            "nodeSelector",
+            "Nodes to run on: the GPU Operator's label of every NVIDIA GPU node, DRA-only nodes "
+            "included (docs/dra.md, 'Deploying on DRA nodes').",
+            pod["nodeSelector"],
+            schema=STRINGS,
+        ),
+        Value(
+            "tolerations",
+            "Taints to tolerate; GPU node pools commonly carry `nvidia.com/gpu`.",
+            pod["tolerations"],
+            schema=OBJECTS,
+        ),
+        Value("affinity", "Pod affinity rules, beyond what nodeSelector says.", {}),
+        Value(
+            "priorityClassName",
+            "Full GPU nodes still schedule the exporter, and evict it last. Empty: none.",
+            pod["priorityClassName"],
+        ),
+        Value(
+            "runtimeClassName",
+            f"`{d.runtime_class}` where the NVIDIA runtime is not containerd's default; empty: "
+            "the node's default runtime.",
+            "",
+        ),
+        Value(
+            "updateStrategy",
+            "How a rollout replaces pods: a share of the nodes at a time.",
+            ds["spec"]["updateStrategy"],
+            schema={
+                "type": "object",
+                "properties": {
+                    "type": {"enum": ["RollingUpdate", "OnDelete"]},
+                    "rollingUpdate": {"type": "object"},
+                },
+            },
+        ),
+        Value("podAnnotations", "Annotations on the pods.", {}, schema=STRINGS),
+        Value("podLabels", "More labels on the pods.", {}, schema=STRINGS),
+        Value(
+            "terminationGracePeriodSeconds",
+            "The exporter exits within 5 s of SIGTERM.",
+            pod["terminationGracePeriodSeconds"],
+            schema={"type": "integer", "minimum": 0},
+        ),
+        Value(
+            "podSecurityContext",
+            "The pods' security context: the RuntimeDefault seccomp profile.",
+            pod["securityContext"],
+        ),
+        Value(
+            "securityContext",
+            "The container's: uid 0 only to connect to the kubelet's root-owned pod-resources "
+            "socket, no capabilities, a read-only root, no privilege escalation.",
+            container["securityContext"],
+        ),
+        Value(
+            "livenessProbe",
+            "`/healthz`: fails only where a restart helps, a hung NVML call or a thread that "
+            "gave up (docs/health.md).",
+            container["livenessProbe"],
+        ),
+        Value(
+            "readinessProbe",
+            "`/readyz`: ready once NVML answers and, with kubernetesEnrichment, the API has "
+            "listed this node's pods once (docs/health.md).",
+            container["readinessProbe"],
+        ),
+        Value(
+            "extraArgs",
+            "More exporter flags, after the chart's (docs/configuration.md).",
+            [],
+            schema={"type": "array", "items": {"type": "string", "pattern": "^--"}},
+        ),
+        Value(
+            "extraEnv",
+            "More environment variables; `KUBE_GPU_EXPORTER_<FLAG>` sets any flag.",
+            [],
+            schema={"type": "array", "items": {"type": "object", "required": ["name"]}},
+        ),
+        Value(
+            "compat",
+            "The dcgm-exporter release to imitate (README, 'Upgrade from dcgm-exporter').",
+            children=(
+                Value(
+                    "dcgmExporter",
+                    f"`--compat.dcgm-exporter`: {', '.join(versions)}; empty: the exporter's "
+                    f"default, {DEFAULT_VERSION.value}. It also picks the flavour of the rules "
+                    "and dashboards.",
+                    "" if config.dcgm_version == DEFAULT_VERSION.value else config.dcgm_version,
+                    schema={"enum": ["", *versions]},
+                ),
+                Value(
+                    "driverVersionLabel",
+                    "`--driver-version-label`: `none` to replace dcgm-exporter's own chart up "
+                    "to 4.8.2; empty: the profile's.",
+                    "",
+                    schema={"enum": ["", *DRIVER_LABELS]},
+                ),
+            ),
+        ),
+        Value(
+            "kubernetesEnrichment",
+            "Pod UIDs, owners and labels, and node labels, from the API server "
+            "(`--kubernetes`): mounts the token and adds a read-only ClusterRole.",
+            children=(
+                Value("enabled", "Turn it on.", False),
+                Value(
+                    "resourceSlices",
+                    "Also watch this node's DRA ResourceSlices, and grant get, list and watch "
+                    "on them; false: `--no-kubernetes.resource-slices` and no such grant.",
+                    True,
+                ),
+                Value(
+                    "podLabelAllowlist",
+                    "`--kubernetes.pod-label-allowlist`: a regex of pod label keys to export.",
+                    "",
+                ),
+            ),
+        ),
+        Value(
+            "processAccounting",
+            "Per-pod use of shared GPUs (`--collector.processes`): adds `hostPID` and the "
+            "host's /var/log, read-only; off for what they expose (docs/process-accounting.md).",
+            note=PROCESS_ACCOUNTING_NOTE,
+            children=(Value("enabled", "Turn it on.", False),),
+        ),
+        Value(
+            "webConfig",
+            "TLS and basic auth: `--web.config.file`, in the exporter-toolkit format "
+            "(docs/configuration.md).",
+            children=(
+                Value("enabled", "Turn it on.", False),
+                Value(
+                    "existingSecret",
+                    "A Secret with the file under the key `web-config.yml`; empty: the chart "
+                    "makes one from `config`.",
+                    "",
+                ),
+                Value(
+                    "config",
+                    "The file, when the chart makes the Secret. `basic_auth_users` take bcrypt "
+                    "hashes (`kube-gpu-exporter hash-password`).",
+                    {},
+                    schema=WEB_CONFIG,
+                ),
+                Value(
+                    "tlsSecret",
+                    "A `kubernetes.io/tls` Secret placed beside the file: `cert_file: tls.crt`, "
+                    "`key_file: tls.key`, `client_ca_file: ca.crt`.",
+                    "",
+                ),
+                Value(
+                    "tls",
+                    "The file serves HTTPS: probes and monitors use HTTPS.",
+                    True,
+                ),
+                Value(
+                    "basicAuth",
+                    "The file asks for a password: probes send probeAuthorization, or without it "
+                    "only open the TCP port.",
+                    False,
+                ),
+                Value(
+                    "clientCertificates",
+                    "The file requires client certificates, which probes lack: they only open "
+                    "the TCP port.",
+                    False,
+                ),
+                Value(
+                    "probeAuthorization",
+                    "The probes' Authorization header, `Basic <base64 of user:password>`; "
+                    "readable by anyone who can read the DaemonSet.",
+                    "",
+                ),
+            ),
+        ),
+        Value(
+            "service",
+            "A headless Service over the pods: Prometheus scrapes each pod, never a balanced "
+            "address.",
+            children=(
+                Value("enabled", "Create it (the ServiceMonitor needs it).", True),
+                Value("annotations", "Annotations on it.", {}, schema=STRINGS),
+            ),
+        ),
+        Value(
+            "serviceMonitor",
+            "A prometheus-operator ServiceMonitor over the Service.",
+            children=_monitor("ServiceMonitor", "service targets", config),
+        ),
+        Value(
+            "podMonitor",
+            "A PodMonitor instead of the ServiceMonitor: turn on one of the two.",
+            children=_monitor("PodMonitor", "pod targets", config),
+        ),
+        Value(
+            "prometheusRule",
+            "The bundle's recording rules and alerts (alerts/), of the flavour "
+            "compat.dcgmExporter picks.",
+            children=(
+                Value("enabled", "Create the PrometheusRule.", False),
+                Value(
+                    "additionalLabels",
+                    "Labels Prometheus selects rules by.",
+                    {"release": s.release_label},
+                    schema=STRINGS,
+                ),
+            ),
+        ),
+        Value(
+            "dashboards",
+            "The bundle's Grafana dashboards as ConfigMaps for Grafana's sidecar, of the "
+            "flavour compat.dcgmExporter picks.",
+            children=(
+                Value("enabled", "Create them.", False),
+                Value(
+                    "namespace",
+                    "Their namespace; empty: the release's. The sidecar reads its own unless "
+                    "`searchNamespace: ALL`.",
+                    "",
+                ),
+                Value(
+                    "label",
+                    "The label the sidecar looks for (`grafana.sidecar.dashboards.label`).",
+                    deploy_manifests.DASHBOARD_LABEL[0],
+                ),
+                Value("labelValue", "Its value.", deploy_manifests.DASHBOARD_LABEL[1]),
+                Value(
+                    "folderAnnotation",
+                    "The sidecar's `folderAnnotation`; empty: no folder.",
+                    deploy_manifests.FOLDER_ANNOTATION,
+                ),
+                Value("folder", "The Grafana folder.", d.grafana_folder),
+                Value("annotations", "More annotations on them.", {}, schema=STRINGS),
+            ),
+        ),
+    )
+
+
+def _comment(text: str, indent: int, first: str = "") -> list[str]:
+    pad = " " * indent
+    lines = textwrap.wrap(
+        first + " ".join(text.split()),
+        width=WIDTH - indent - 2,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    return [f"{pad}# {line}" for line in lines]
+
+
+def _scalar(value: Any) -> str:
+    if value == "":
+        return '""'
+    text = yaml.safe_dump(value, default_flow_style=True, width=1000)
+    return text.removesuffix("\n...\n").rstrip("\n")
+
+
+def _value_lines(value: Value, indent: int) -> list[str]:
+    pad = " " * indent
+    lines = _comment(value.note, indent) if value.note else []
+    lines += _comment(value.doc, indent, "-- ")
+    if value.children:
+        lines.append(f"{pad}{value.key}:")
+        for child in value.children:
+            lines += _value_lines(child, indent + 2)
+        return lines
+    default = value.default
+    if isinstance(default, dict | list) and default:
+        block = yaml.safe_dump(default, default_flow_style=False, sort_keys=False, width=WIDTH)
+        lines.append(f"{pad}{value.key}:")
+        lines += [f"{pad}  {line}" for line in block.splitlines()]
+    else:
+        lines.append(f"{pad}{value.key}: {_scalar(default)}")
+    return lines
+
+
+def values_yaml(config: BundleConfig) -> str:
+    lines = [HEADER.format(source=SOURCE, origin=ORIGIN).rstrip("\n")]
+    lines += _comment(
+        "Every value, its default and what it does; `# --` comments are what the README's and "
+        "docs/helm.md's values tables show. values.schema.json holds their types.",
+        0,
+    )
+    for value in values_spec(config):
+        lines += ["", *_value_lines(value, 0)]
+    lines += ["", *_comment(COLLECTORS_NOTE, 0)]
+    return "\n".join(lines) + "\n"
+
+
+def _schema(value: Value) -> dict[str, Any]:
+    if value.children:
+        found: dict[str, Any] = {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {child.key: _schema(child) for child in value.children},
+        }
+    elif value.schema is not None:
+        found = dict(value.schema)
+    else:
+        kinds = {bool: "boolean", int: "integer", str: "string", list: "array", dict: "object"}
+        found = {"type": kinds[type(value.default)]}
+    return {"description": " ".join(value.doc.split()), **found}
+
+
+def values_schema(config: BundleConfig) -> str:
+    spec = values_spec(config)
+    schema = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "$comment": HEADER.format(source=SOURCE, origin=ORIGIN).removeprefix("# ").strip(),
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            **{value.key: _schema(value) for value in spec},
+            # What a parent chart passes to every subchart.
+            "global": {"type": "object"},
+        },
+    }
+    return json.dumps(schema, indent=2) + "\n"
+
+
+# ---- Chart.yaml, the generated template, the flavours' files ----
+
+
+def chart_yaml() -> str:
+    return dump(
+        {
+            "apiVersion": "v2",
+            "name": CHART,
+            "description": "NVIDIA GPU exporter for Kubernetes with dcgm-exporter-compatible "
+            "metrics and pod attribution, with its alerts and Grafana dashboards.",
+            "type": "application",
+            "version": __version__,
+            "appVersion": __version__,
+            "keywords": ["nvidia", "gpu", "dcgm-exporter", "prometheus", "monitoring"],
+        },
+        SOURCE,
+    )
+
+
+def _define(name: str, body: Any) -> str:
+    text = body if isinstance(body, str) else yaml.safe_dump(body, sort_keys=False, width=WIDTH)
+    return f'{{{{- define "{CHART}.bundle.{name}" -}}}}\n{text.rstrip()}\n{{{{- end }}}}\n'
+
+
+def _patch_value(patch: list[dict[str, Any]], path_end: str) -> Any:
+    [value] = [op["value"] for op in patch if op["path"].endswith(path_end)]
+    return value
+
+
+def generated_tpl(config: BundleConfig, versions: list[str]) -> str:
+    container = deploy_manifests._container(config)
+    pod = deploy_manifests.daemon_set(config)["spec"]["template"]["spec"]
+    [role, _] = deploy_manifests.enrichment_rbac(config)
+    dra = [r for r in role["rules"] if "resource.k8s.io" in r["apiGroups"]]
+    accounting = deploy_manifests.process_accounting_patch()
+    [enrichment_env] = [
+        op["value"] for op in deploy_manifests.enrichment_patch() if op["path"].endswith("env/-")
+    ]
+    header = HEADER.format(source=SOURCE, origin="bundle/config.py").removeprefix("# ").strip()
+    parts = [
+        f"{{{{/* {header} */}}}}\n",
+        _define("portName", config.scrape.port_name),
+        # What the exporter runs as without --compat.dcgm-exporter, and the flavours this chart
+        # carries rules and dashboards for.
+        _define("defaultDcgmVersion", DEFAULT_VERSION.value),
+        _define("flavours", ", ".join(versions)),
+        _define("env", container["env"]),
+        _define("volumeMounts", container["volumeMounts"]),
+        _define("volumes", pod["volumes"]),
+        _define("enrichmentEnv", [enrichment_env]),
+        _define("enrichmentRules", [r for r in role["rules"] if r not in dra]),
+        _define("resourceSliceRules", dra),
+        _define("processAccountingVolumes", [_patch_value(accounting, "/volumes/-")]),
+        _define("processAccountingMounts", [_patch_value(accounting, "/volumeMounts/-")]),
+        _define("processAccountingArgs", [_patch_value(accounting, "/args/-")]),
+        _define("relabelings", _operator_relabelings(config)),
+    ]
+    return "\n".join(parts)
+
+
+def chart_files(
+    config: BundleConfig,
+    rules: Mapping[str, dict[str, Any]],
+    dashboards: Mapping[str, Mapping[str, str]],
+) -> dict[str, str]:
+    """The chart's generated files, repository-relative. `rules`: each flavour's PrometheusRule
+    (alerts/rules_file.py); `dashboards`: each flavour's dashboard files (dashboards/render.py),
+    both keyed by the `--compat.dcgm-exporter` value the flavour is made for."""
+    versions = list(rules)
+    files = {
+        "Chart.yaml": chart_yaml(),
+        "values.yaml": values_yaml(config),
+        "values.schema.json": values_schema(config),
+        "templates/_generated.tpl": generated_tpl(config, versions),
+    }
+    for version, rule in rules.items():
+        files[f"files/prometheus-rules/{flavour_dir(version)}.yaml"] = dump(
+            rule["spec"], "alerts/rules_file.py"
+        )
+    for version, made in dashboards.items():
+        for path, content in sorted(made.items()):
+            if path.startswith("dashboards/provisioned/"):
+                name = path.rsplit("/", 1)[1]
+                files[f"files/dashboards/{flavour_dir(version)}/{name}"] = content
+    return {f"{CHART_DIR}/{path}": content for path, content in files.items()}
+
+
+def is_generated(path: str) -> bool:
+    """Whether a repository-relative path inside the chart is one `make bundle` writes."""
+    if not path.startswith(CHART_DIR + "/"):
+        return False
+    inside = path.removeprefix(CHART_DIR + "/")
+    return inside in GENERATED_TOP or inside.startswith(tuple(d + "/" for d in GENERATED_DIRS))
+
+
+def hand_written(root: Path) -> dict[str, str]:
+    """The chart's hand-written files under `root` (templates, NOTES.txt, ci/, .helmignore),
+    repository-relative; empty where `root` has no chart (an installed wheel)."""
+    chart = root / CHART_DIR
+    if not chart.is_dir():
+        return {}
+    files = {}
+    for path in sorted(chart.rglob("*")):
+        relative = path.relative_to(root).as_posix()
+        if path.is_file() and not is_generated(relative) and "__pycache__" not in relative:
+            files[relative] = path.read_text()
+    return files
+
+
+# ---- the values tables of the README and docs/helm.md ----
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    path: str
+    description: str
+    default: Any
+    group: bool
+
+
+_KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_.\-/]+):(?: +(?P<rest>.*))?$")
+
+
+def value_rows(text: str) -> list[Row]:
+    """Every key of a values.yaml that a `# --` comment describes, in order: its dotted path,
+    the description (the `# --` line and the comment lines after it, up to the key), its
+    default, and whether it is a group of described keys."""
+    loaded = yaml.safe_load(text)
+    found: list[tuple[str, str]] = []
+    stack: list[tuple[int, str]] = []
+    comment: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            comment.append(stripped[1:].strip())
+            continue
+        match = _KEY.match(line)
+        if match is None:
+            comment = []
+            continue
+        indent = len(match.group("indent"))
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        stack.append((indent, match.group("key")))
+        starts = [i for i, c in enumerate(comment) if c.startswith("-- ")]
+        if starts:
+            words = [comment[starts[-1]].removeprefix("-- "), *comment[starts[-1] + 1 :]]
+            found.append((".".join(k for _, k in stack), " ".join(words)))
+        comment = []
+    paths = [path for path, _ in found]
+    rows = []
+    for path, description in found:
+        value: Any = loaded
+        for part in path.split("."):
+            value = value[part]
+        group = any(p.startswith(path + ".") for p in paths)
+        rows.append(Row(path, description, value, group))
+    return rows
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _default(value: Any) -> str:
+    return "`" + _cell(json.dumps(value, separators=(",", ":"), ensure_ascii=False)) + "`"
+
+
+# The README's table stays readable: a longer default (a probe, a security context) is left to
+# docs/helm.md's.
+SHORT_DEFAULT = 48
+
+
+def values_table(text: str, *, top_level: bool) -> str:
+    """A Markdown table of a values.yaml's described keys: every one (docs/helm.md), or the
+    top-level ones (the README), where a group shows whether it is on by default and a long
+    default is left to the full table."""
+    rows = value_rows(text)
+    lines = ["| Value | Default | What it does |", "|---|---|---|"]
+    for row in rows:
+        if top_level and "." in row.path:
+            continue
+        if row.group:
+            enabled = row.default.get("enabled") if isinstance(row.default, dict) else None
+            default = "" if enabled is None else f"`enabled: {json.dumps(enabled)}`"
+        else:
+            default = _default(row.default)
+            if top_level and len(default) > SHORT_DEFAULT:
+                default = "see docs/helm.md"
+        lines.append(f"| `{row.path}` | {default} | {_cell(row.description)} |")
+    return "\n".join(lines) + "\n"
+
+
+# Where the tables go, between these markers, and which rows each shows.
+TABLES = {"README.md": True, "docs/helm.md": False}
+BEGIN = (
+    "<!-- values table: generated by `make bundle` from "
+    f"{VALUES}'s `# --` comments; do not edit -->\n"
+)
+END = "<!-- end of values table -->\n"
+
+
+def with_table(document: str, values_text: str, *, top_level: bool) -> str | None:
+    """`document` with the table between its markers made from `values_text`; None without
+    the markers."""
+    start, end = document.find(BEGIN), document.find(END)
+    if start < 0 or end < start:
+        return None
+    table = values_table(values_text, top_level=top_level)
+    return document[: start + len(BEGIN)] + table + document[end:]
+
+
+def stale_tables(root: Path, values_text: str) -> list[str]:
+    """The pages under `root` whose values table is missing or differs from `values_text`'s."""
+    stale = []
+    for page, top_level in TABLES.items():
+        path = root / page
+        text = path.read_text() if path.is_file() else ""
+        if with_table(text, values_text, top_level=top_level) != text:
+            stale.append(page)
+    return stale
+
+
+def write_tables(root: Path, values_text: str) -> None:
+    for page, top_level in TABLES.items():
+        path = root / page
+        if not path.is_file():
+            continue
+        made = with_table(path.read_text(), values_text, top_level=top_level)
+        if made is not None:
+            path.write_text(made)
+
+
+# ---- make chart ----
+
+
+def lint_problems(chart: Path, values: dict[str, Any] | None = None) -> list[str]:
+    """`helm lint --strict` with Helm's own engine, with `values` over the chart's: every
+    warning and error, one line each (an info, such as "icon is recommended", is none)."""
+    import helm_python
+
+    report = helm_python.lint(chart, values, strict=True)
+    problems = [
+        f"{m['path']}: {m['error']}" for m in report["messages"] if m["severity"] >= 2
+    ] + list(report.get("errors") or [])
+    return problems
+
+
+def package(chart: Path, out: Path) -> Path:
+    """The chart as `out/<name>-<version>.tgz`, as `helm package` writes it (Helm's own code)."""
+    import helm_python
+
+    out.mkdir(parents=True, exist_ok=True)
+    return Path(helm_python.package(chart, destination=out))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bundle.helm_chart", description=__doc__.splitlines()[0]
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    pack = sub.add_parser("package", help="lint --strict, then package the chart")
+    pack.add_argument("--out", type=Path, default=Path("dist"), help="folder for the .tgz")
+    pack.add_argument(
+        "--chart", type=Path, default=Path(__file__).resolve().parent.parent / CHART_DIR
+    )
+    args = parser.parse_args(argv)
+    try:
+        import helm_python  # noqa: F401
+    except ImportError:
+        print(
+            "chart: helm-python-sdk is missing: `pip install -e '.[test]'` (make chart does)",
+            file=sys.stderr,
+        )
+        return 2
+    problems = lint_problems(args.chart)
+    for problem in problems:
+        print(f"chart: lint: {problem}", file=sys.stderr)
+    if problems:
+        return 1
+    print(f"chart: {package(args.chart, args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
