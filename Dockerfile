@@ -63,7 +63,11 @@ ENV PATH=/opt/kube-gpu-exporter/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     NVIDIA_VISIBLE_DEVICES=all \
-    NVIDIA_DRIVER_CAPABILITIES=utility
+    NVIDIA_DRIVER_CAPABILITIES=utility \
+    MALLOC_ARENA_MAX=2
+# MALLOC_ARENA_MAX: glibc gives each of the exporter's ~36 threads a malloc arena of its own, and
+# RSS crept up by 6.8 MB over a 100,000-sweep soak; with two arenas it settled at +2.9 MB
+# (benchmarks/soak.py). The threads mostly hold the GIL, so they lose nothing by sharing.
 # Non-root by default: NVML works unprivileged through the runtime's device nodes. Reading the
 # kubelet's pod-resources socket needs root on most nodes; deploy/ sets runAsUser: 0 for that.
 USER 65532:65532

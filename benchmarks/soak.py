@@ -332,7 +332,9 @@ def soak(
         "--collector.pcie-interval=1s",
     ]
     # stderr to a file, not a pipe: a lost GPU logs every sweep and would fill a pipe nobody reads.
-    child = subprocess.Popen([*argv, *flags], cwd=REPO, stdout=log, stderr=log)
+    # The image's malloc setting (Dockerfile), so the soak measures what a node runs.
+    env = {**os.environ, "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2")}
+    child = subprocess.Popen([*argv, *flags], cwd=REPO, stdout=log, stderr=log, env=env)
     stop = threading.Event()
     tally = Tally()
     threads: list[threading.Thread] = []

@@ -237,6 +237,7 @@ def test_oci_config_read_by_skopeo(image):
     assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
     assert labels["org.opencontainers.image.source"].startswith("https://")
     assert any(e.startswith("PYTHONDONTWRITEBYTECODE=") for e in config["Env"])
+    assert "MALLOC_ARENA_MAX=2" in config["Env"]
     size = int(podman_ok("image", "inspect", "--format", "{{.Size}}", image))
     assert size < MAX_ON_DISK_BYTES, f"{size / 1e6:.0f} MB on disk"
 
