@@ -71,11 +71,12 @@ def serve_accelerated(argv: Sequence[str]) -> int:
     seconds, plus the /-/soak stats route."""
     from aiohttp import web
 
-    from exporter.app import serve_node, simulated_fleet, simulated_node
+    from exporter.app import serve_node
     from exporter.cli import parse_config
     from exporter.logs import configure_logging
     from exporter.server import STORE_KEY
     from exporter.simulator.control import add_control_routes
+    from exporter.simulator.node import simulated_fleet, simulated_node
 
     interval, flags = float(argv[0]), list(argv[1:])
     config = parse_config([*flags, "--simulate"] if "--simulate" not in flags else flags)
@@ -120,10 +121,8 @@ def serve_accelerated(argv: Sequence[str]) -> int:
     # over more of glibc's per-thread malloc arenas, a bounded one-time growth of a few MB that
     # its RSS limit cannot tell from a leak (with MALLOC_ARENA_MAX=2 it does not happen).
     fleet = replace(simulated_fleet(config), call_costs="flat", call_latency_us=0.0)
-    with simulated_node(config, fleet) as (nvml, kubelet, config):
-        if not config.labels.node_name:
-            labels = replace(config.labels, node_name=nvml.fleet.node_name)
-            config = replace(config, labels=labels)
+    with simulated_node(config, fleet) as node:
+        nvml, kubelet = node.nvml, node.kubelet
 
         def routes(app: web.Application) -> None:
             add_control_routes(app, nvml=nvml, kubelet=kubelet)
@@ -131,7 +130,7 @@ def serve_accelerated(argv: Sequence[str]) -> int:
             if tracemalloc.is_tracing():
                 app.router.add_get(STATS_PATH + "/tracemalloc", allocations)
 
-        serve_node(config, extra_routes=routes)
+        serve_node(replace(node.backend, extra_routes=routes))
     return 0
 
 

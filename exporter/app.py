@@ -1,6 +1,6 @@
-"""Wires the parts together:
+"""Wires the parts together on the node a NodeBackend gives (node_backend.py):
 
-  NVML (real or simulated) -> poller -> NodeSnapshot --\
+  backend's NVML (real or simulated) -> poller -> NodeSnapshot --\
   kubelet pod-resources -> PodResourcesWatcher --------+-> ExpositionStore -> HTTP
   Kubernetes API (optional) -> KubernetesWatcher ------/
 """
@@ -9,28 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import re
 import signal
 import socket
-import tempfile
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
+from contextlib import AbstractContextManager
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
-
-from exporter.config import Config, ConfigurationError
+from exporter.config import Config
 from exporter.connection_guard import connection_cap, raise_open_file_limit
 from exporter.exposition.context import AttributionContext
 from exporter.exposition.renderer import Renderer
 from exporter.exposition.scrape_schedule import ScrapeSchedule
 from exporter.exposition.store import ExpositionStore
-from exporter.nvml import mig_reader
-from exporter.nvml.binding import check_binding
+from exporter.node_backend import NodeBackend
 from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
 from exporter.poller import Poller
 from exporter.readiness import Problem, first_sync, node_readiness
@@ -42,114 +37,6 @@ if TYPE_CHECKING:
     from exporter.kubernetes.watcher import KubernetesWatcher
 
 log = logging.getLogger(__name__)
-
-
-def simulated_fleet(config: Config) -> Any:
-    """The fleet --simulate names; a bad fleet file is a ConfigurationError."""
-    from exporter.simulator.fleet import FleetError, resolve_fleet
-
-    try:
-        return resolve_fleet(config.fleet_file)
-    except FleetError as exc:
-        raise ConfigurationError(str(exc)) from None
-
-
-# Tried after tempfile's own candidates (TMPDIR, /tmp, /var/tmp, ...): Docker, podman and
-# Kubernetes mount a writable /dev/shm even under a read-only root filesystem with no /tmp.
-SCRATCH_FALLBACKS: tuple[str, ...] = ("/dev/shm",)
-
-
-def scratch_directory() -> tempfile.TemporaryDirectory[str]:
-    """A new private directory for the simulated node's sockets and files, created at once; a
-    ConfigurationError (one line) where no candidate is writable."""
-    for parent in (None, *SCRATCH_FALLBACKS):
-        with contextlib.suppress(OSError):
-            return tempfile.TemporaryDirectory(prefix="kube-gpu-exporter-", dir=parent)
-    raise ConfigurationError(
-        "--simulate needs a writable directory for its fake kubelet's socket, and TMPDIR, /tmp, "
-        f"/var/tmp and {', '.join(SCRATCH_FALLBACKS)} are all missing or read-only: "
-        "mount an emptyDir or a tmpfs at /tmp"
-    )
-
-
-@contextlib.contextmanager
-def simulated_node(config: Config, fleet: Any = None) -> Iterator[tuple[Any, Any, Config]]:
-    """Patch the simulated node into pynvml and start its fake kubelet; yields the simulator, the
-    kubelet and the config pointed at the fake socket. `fleet` is from simulated_fleet, read
-    here when None. Imported lazily: production never loads it."""
-    from exporter.simulator.fake_kubelet import FakeKubelet
-    from exporter.simulator.fake_nvml import FakeNvml
-    from exporter.simulator.host_tree import HostTree
-    from exporter.simulator.processes import ProcessTable
-
-    fleet = simulated_fleet(config) if fleet is None else fleet
-    # First: without it the simulator cannot start, and a refusal is better said before anything.
-    scratch = scratch_directory()
-    log.info(
-        "simulating node %s with %d GPUs (driver %s, NVML %s)",
-        fleet.node_name,
-        len(fleet.gpus),
-        fleet.driver_version,
-        "privileged" if fleet.nvml_privileged else "unprivileged, as the DaemonSet runs",
-    )
-    # The fleet chose it: the refusal lines a real unprivileged node logs would read as faults.
-    unprivileged = (
-        None
-        if fleet.nvml_privileged
-        else "the simulated node is unprivileged on purpose (its fleet sets nvml_privileged: false)"
-    )
-    nvml = FakeNvml(fleet).install()
-    with scratch as tmp, _set_while(mig_reader, "expected_refusal", unprivileged):
-        kubelet = FakeKubelet(nvml, Path(tmp) / "kubelet.sock").start()
-        log.info("fake kubelet pod-resources socket at %s", kubelet.socket_path)
-        attribution = replace(config.attribution, socket_path=str(kubelet.socket_path))
-        collection = config.collection
-        if collection.processes_enabled:
-            # The pods' processes, and the host's /proc and /var/log as the node would show them.
-            nvml.processes = ProcessTable(nvml, kubelet)
-            tree = HostTree(nvml.processes, Path(tmp) / "host").refresh()
-            collection = replace(
-                collection, proc_root=str(tree.proc_root), log_root=str(tree.log_root)
-            )
-        config = replace(config, attribution=attribution, collection=collection)
-        try:
-            with contextlib.ExitStack() as cluster:
-                if config.attribution.kubernetes_enabled and not config.attribution.kubeconfig:
-                    config = _with_simulated_cluster(cluster, nvml, kubelet, config, Path(tmp))
-                yield nvml, kubelet, config
-        finally:
-            kubelet.stop()
-            nvml.uninstall()
-
-
-@contextlib.contextmanager
-def _set_while(owner: Any, name: str, value: Any) -> Iterator[None]:
-    """`owner.name` is `value` inside the block, and what it was before again after it."""
-    before = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, before)
-
-
-def _with_simulated_cluster(
-    stack: contextlib.ExitStack, nvml: Any, kubelet: Any, config: Config, directory: Path
-) -> Config:
-    """Serve the simulated node's pods, node and ResourceSlices from an in-process API until
-    `stack` closes, and point `config` at it: without a cluster, --kubernetes would only fail to
-    find a service account."""
-    from exporter.simulator.cluster_state import TEAM_LABEL, simulated_cluster
-
-    node = config.labels.node_name or nvml.fleet.node_name
-    cluster = stack.enter_context(simulated_cluster(nvml, kubelet, node, directory))
-    log.info("simulated Kubernetes API at %s (kubeconfig %s)", cluster.api.host, cluster.kubeconfig)
-    # Its pods carry a team label; allow-list it unless the user chose their own.
-    allowlist = config.attribution.pod_label_allowlist or re.escape(TEAM_LABEL)
-    attribution = replace(
-        config.attribution, kubeconfig=str(cluster.kubeconfig), pod_label_allowlist=allowlist
-    )
-    return replace(config, attribution=attribution)
 
 
 def _event_loop_runner() -> Callable:
@@ -317,12 +204,12 @@ async def _with_signals(serving: Coroutine[Any, Any, None], reloader: WebConfigR
 
 
 def serve_node(
-    config: Config,
+    backend: NodeBackend,
     on_listening: Callable[[int], None] | None = None,
-    extra_routes: Callable[[web.Application], None] | None = None,
     listeners: list[socket.socket] | None = None,
 ) -> None:
-    """Start the collectors for `config`, serve until SIGTERM, then stop them."""
+    """Start the collectors on `backend`'s node, serve until SIGTERM, then stop them."""
+    config = with_node_name(backend.config, backend.node_name)
     cap = connection_cap(config.web.max_connections, raise_open_file_limit())
     config = replace(config, web=replace(config.web, max_connections=cap))
     # Learnt from the scrapes the server sees; the collectors time their costly work by it.
@@ -341,8 +228,8 @@ def serve_node(
         kubernetes_readiness(kube, client_factory) if kube is not None else None,
     )
     app = build_app(store, config.web, lambda: thread_problem(poller, *helpers), readiness)
-    if extra_routes:
-        extra_routes(app)
+    if backend.extra_routes:
+        backend.extra_routes(app)
     try:
         security = config.web.security
         reloader = WebConfigReloader(security) if security else None
@@ -358,27 +245,16 @@ def serve_node(
 
 
 def run(
-    config: Config,
-    default_node_name: str,
+    backend: AbstractContextManager[NodeBackend],
+    listen_address: str,
     on_listening: Callable[[int], None] | None = None,
 ) -> int:
-    extra_routes: Callable[[web.Application], None] | None = None
-    # Every start-up mistake is one line before anything logs or starts: the fleet file or the
-    # NVML binding, then the listen address (a port in use).
-    fleet = simulated_fleet(config) if config.simulate else None
-    if not config.simulate and (problem := check_binding()):
-        raise ConfigurationError(problem)
-    listeners = bind_listeners(config.web.listen_address)
+    """Serve `backend`'s node on `listen_address`: the address is bound before the node starts,
+    so that a port in use is one line before anything else logs."""
+    listeners = bind_listeners(listen_address)
     with contextlib.ExitStack() as stack:
         for sock in listeners:
             stack.callback(sock.close)
-        if config.simulate:
-            from exporter.simulator.control import PREFIX, add_control_routes
-
-            nvml, kubelet, config = stack.enter_context(simulated_node(config, fleet))
-            default_node_name = nvml.fleet.node_name
-            extra_routes = functools.partial(add_control_routes, nvml=nvml, kubelet=kubelet)
-            log.info("simulator fault injection at %s/gpus (docs/simulator.md)", PREFIX)
-        node_config = with_node_name(config, default_node_name)
-        serve_node(node_config, on_listening, extra_routes, listeners)
+        node = stack.enter_context(backend)
+        serve_node(node, on_listening, listeners)
     return 0

@@ -13,10 +13,10 @@ import importlib.util
 import logging
 import os
 import re
-import socket
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, NoReturn
 
 from exporter import __version__
 from exporter.config import (
@@ -33,6 +33,9 @@ from exporter.config import (
 )
 from exporter.dcgm_compat import DEFAULT_VERSION, PROFILES, DcgmVersion
 from exporter.logs import LEVELS, configure_logging
+
+if TYPE_CHECKING:
+    from exporter.node_backend import NodeBackend
 
 PROG = "kube-gpu-exporter"
 HASH_PASSWORD = "hash-password"
@@ -648,6 +651,18 @@ def _check_kubeconfig(path: str) -> None:
         raise UsageError(f"argument --kubernetes.kubeconfig: {path[:80]!r}: {exc}") from None
 
 
+def node_backend(config: Config) -> AbstractContextManager[NodeBackend]:
+    """The node to run on: this host's GPUs, or with --simulate the simulated node. The only
+    place that names the simulator, imported here alone so that production never loads it."""
+    if config.simulate:
+        from exporter.simulator.node import simulated_backend
+
+        return simulated_backend(config)
+    from exporter.real_node import real_backend
+
+    return real_backend(config)
+
+
 def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = None) -> int:
     """Run the exporter; the exit status: 0, or 2 after one line on stderr for bad input.
 
@@ -671,7 +686,7 @@ def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = Non
 
     ignore_stray_signals()
     try:
-        return run(config, default_node_name=socket.gethostname())
+        return run(node_backend(config), config.web.listen_address)
     except ConfigurationError as exc:
         return _usage_error(str(exc))
     except KeyboardInterrupt:

@@ -10,15 +10,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import LabelConfig
-from exporter.exposition.context import AttributionContext
-from exporter.exposition.renderer import Renderer
-from exporter.kubernetes.pod_metadata import EMPTY_VIEW
-from exporter.kubernetes.resource_slices import SliceDevice
-from exporter.podresources.allocations import DraAllocation, PodResourcesSnapshot
-from exporter.podresources.attribution import attribute
-from exporter.podresources.client import PodResourcesStatus
-from exporter.podresources.dra_devices import DraDeviceName, parse_dra_device_name, profile_slug
-from exporter.podresources.dra_resolve import (
+from exporter.dra.names import DraDeviceName, parse_dra_device_name, profile_slug
+from exporter.dra.resolve import (
     AMBIGUOUS_MIG_INSTANCE,
     FOREIGN_DRIVER,
     NO_SUCH_GPU,
@@ -29,6 +22,13 @@ from exporter.podresources.dra_resolve import (
     DraTarget,
     resolve_dra_device,
 )
+from exporter.dra.slices import SliceDevice
+from exporter.exposition.context import AttributionContext
+from exporter.exposition.renderer import Renderer
+from exporter.kubernetes.pod_metadata import EMPTY_VIEW
+from exporter.podresources.allocations import DraAllocation, PodResourcesSnapshot
+from exporter.podresources.attribution import attribute
+from exporter.podresources.client import PodResourcesStatus
 from exporter.snapshot import GpuIdentity, GpuReadings, GpuSnapshot, MigInstance, NodeSnapshot
 
 GPU = "gpu.nvidia.com"

@@ -13,11 +13,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import LabelConfig
+from exporter.dra.names import NVIDIA_GPU_DRIVER
+from exporter.dra.slices import offered_devices, parse_resource_slice
 from exporter.exposition.context import AttributionContext
 from exporter.kubernetes.pod_metadata import EMPTY_VIEW
-from exporter.kubernetes.resource_slices import offered_devices, parse_resource_slice
 from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
-from exporter.podresources.dra_devices import NVIDIA_GPU_DRIVER
 from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.fleet import builtin_fleet

@@ -30,9 +30,9 @@ import pytest
 
 from bundle.localstack.processes import find_binary, free_port
 from deploy.image import debian_base, engines, measure
-from exporter import app
 from exporter.cli import main
 from exporter.config import ConfigurationError
+from exporter.simulator import node as simulated
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
@@ -272,18 +272,18 @@ def test_scratch_directory_falls_back_to_dev_shm(monkeypatch, tmp_path):
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "no-tmp"))
     (tmp_path / "shm").mkdir()
     monkeypatch.setattr(
-        app, "SCRATCH_FALLBACKS", (str(tmp_path / "missing"), str(tmp_path / "shm"))
+        simulated, "SCRATCH_FALLBACKS", (str(tmp_path / "missing"), str(tmp_path / "shm"))
     )
-    with app.scratch_directory() as scratch:
+    with simulated.scratch_directory() as scratch:
         assert Path(scratch).parent == tmp_path / "shm"
     assert not Path(scratch).exists()
 
 
 def test_no_scratch_directory_is_one_line_and_status_2(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "no-tmp"))
-    monkeypatch.setattr(app, "SCRATCH_FALLBACKS", (str(tmp_path / "no-shm"),))
+    monkeypatch.setattr(simulated, "SCRATCH_FALLBACKS", (str(tmp_path / "no-shm"),))
     with pytest.raises(ConfigurationError, match="mount an emptyDir or a tmpfs at /tmp"):
-        app.scratch_directory()
+        simulated.scratch_directory()
     capsys.readouterr()
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level

@@ -185,7 +185,7 @@ def test_the_simulated_node_says_it_is_unprivileged_on_purpose(exporter):
     assert refusals and all(e["level"] == "debug" for e in refusals), refusals
     assert all("unprivileged on purpose" in e["msg"] for e in refusals), refusals
     assert not any("run privileged" in e["msg"] for e in refusals)
-    [start] = node.logged("exporter.app", "simulating node")
+    [start] = node.logged("exporter.simulator.node", "simulating node")
     assert "NVML unprivileged, as the DaemonSet runs" in start, start
 
 

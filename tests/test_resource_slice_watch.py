@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from exporter.kubernetes import slice_watch
-from exporter.kubernetes.resource_slices import (
+from exporter.dra.slices import (
     MAX_DEVICES_PER_SLICE,
     MAX_SLICES_PER_NODE,
     ParsedSlice,
@@ -21,6 +20,7 @@ from exporter.kubernetes.resource_slices import (
     offered_devices,
     parse_resource_slice,
 )
+from exporter.kubernetes import slice_watch
 from exporter.kubernetes.slice_watch import SliceStore
 from exporter.kubernetes.watcher import KubernetesWatcher
 from tests.conftest import wait_for

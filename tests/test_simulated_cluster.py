@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from exporter.app import attribution_sources, simulated_node, with_node_name
+from exporter.app import attribution_sources, with_node_name
 from exporter.cli import parse_config
 from exporter.config import Config
 from exporter.kubernetes.pod_metadata import KubernetesView
 from exporter.simulator.cluster_state import TEAM_LABEL, node_labels
 from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fake_nvml import FakeNvml
+from exporter.simulator.node import simulated_node
 from exporter.simulator.processes import pod_uid
 from tests.test_process import scrape_until, start_exporter
 
@@ -46,7 +47,8 @@ def _synced_view(*flags: str) -> Iterator[tuple[FakeNvml, FakeKubelet, Config, K
     """The simulated node wired as `kube-gpu-exporter --simulate FLAGS` wires it, and its
     Kubernetes watcher's view once every watch has synced."""
     config = parse_config(["--simulate", *flags], environ={})
-    with simulated_node(config) as (nvml, kubelet, config):
+    with simulated_node(config) as node:
+        nvml, kubelet, config = node.nvml, node.kubelet, node.config
         config = with_node_name(config, nvml.fleet.node_name)
         _, kube = attribution_sources(config)
         assert kube is not None
@@ -111,21 +113,24 @@ def test_the_dra_fleet_serves_its_resource_slices():
 
 def test_no_simulated_api_without_kubernetes_or_with_a_kubeconfig(tmp_path):
     config = parse_config(["--simulate"], environ={})
-    with simulated_node(config) as (_, _, config):
+    with simulated_node(config) as node:
+        config = node.config
         assert config.attribution.kubeconfig is None
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
     config = parse_config(
         ["--simulate", "--kubernetes", f"--kubernetes.kubeconfig={kubeconfig}"], environ={}
     )
-    with simulated_node(config) as (_, _, config):
+    with simulated_node(config) as node:
+        config = node.config
         assert config.attribution.kubeconfig == str(kubeconfig)
         assert config.attribution.pod_label_allowlist is None
 
 
 def test_node_labels_follow_the_fleet():
     config = parse_config(["--simulate", "mixed"], environ={})
-    with simulated_node(config) as (nvml, kubelet, _):
+    with simulated_node(config) as node:
+        nvml, kubelet = node.nvml, node.kubelet
         labels = node_labels(nvml, kubelet.mig_strategy)
         first = nvml.gpus[0].model
         assert labels["nvidia.com/gpu.product"] == first.name.replace(" ", "-")

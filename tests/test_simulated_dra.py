@@ -13,14 +13,14 @@ import pynvml
 import pytest
 from kubernetes.client import V1beta1ResourceSlice, V1beta2ResourceSlice, V1ResourceSlice
 
-from exporter.kubernetes.resource_slices import offered_devices, parse_resource_slice
-from exporter.podresources.allocations import PodResourcesSnapshot, from_responses
-from exporter.podresources.client import PodResourcesClient
-from exporter.podresources.dra_devices import (
+from exporter.dra.names import (
     NVIDIA_GPU_DRIVER,
     parse_dra_device_name,
     profile_slug,
 )
+from exporter.dra.slices import offered_devices, parse_resource_slice
+from exporter.podresources.allocations import PodResourcesSnapshot, from_responses
+from exporter.podresources.client import PodResourcesClient
 from exporter.podresources.v1 import api_pb2
 from exporter.simulator.fake_kubelet import COMPUTE_DOMAIN_DRIVER, FakeKubelet
 from exporter.simulator.fake_nvml import FakeNvml

@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections import Counter
 
 from exporter.config import LabelConfig
+from exporter.dra.capacity import dra_allocatable, dra_allocated, dra_units
+from exporter.dra.resolve import DraIndex
 from exporter.exposition import own_families as own
 from exporter.exposition.context import AttributionContext
 from exporter.exposition.entities import device_labels, dra_labels, host_labels
 from exporter.exposition.text_format import FamilyWriter, Labels, format_value, label_body
 from exporter.podresources.attribution import Attribution, Holder, allocatable_units
-from exporter.podresources.dra_capacity import dra_allocatable, dra_allocated, dra_units
-from exporter.podresources.dra_resolve import DraIndex
 from exporter.snapshot import NodeSnapshot
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from exporter.dra.slices import SliceDevice
 from exporter.kubernetes.label_names import (
     is_series_label,
     is_unicode_text,
@@ -16,7 +17,6 @@ from exporter.kubernetes.label_names import (
     sanitize_label_name,
     series_label_name,
 )
-from exporter.kubernetes.resource_slices import SliceDevice
 
 # gpu-feature-discovery and the MIG manager label nodes under nvidia.com/. The GFD timestamp
 # changes on every relabel and would only churn series.

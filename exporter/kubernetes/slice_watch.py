@@ -20,8 +20,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from exporter.background import BackgroundThread
-from exporter.kubernetes.api_answers import MAX_SLICE_LIST_BYTES
-from exporter.kubernetes.resource_slices import (
+from exporter.dra.names import NVIDIA_GPU_DRIVER
+from exporter.dra.slices import (
     MAX_SLICES_PER_NODE,
     ParsedSlice,
     SliceDevice,
@@ -29,7 +29,7 @@ from exporter.kubernetes.resource_slices import (
     offered_devices,
     parse_resource_slice,
 )
-from exporter.podresources.dra_devices import NVIDIA_GPU_DRIVER
+from exporter.kubernetes.api_answers import MAX_SLICE_LIST_BYTES
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

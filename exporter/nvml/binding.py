@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pynvml
 
 NVMLError = pynvml.NVMLError
@@ -41,3 +43,9 @@ def check_binding() -> str | None:
             "uninstall the 'pynvml' PyPI package and install 'nvidia-ml-py'"
         )
     return None
+
+
+def real_nvml() -> Any:
+    """What the poller calls on a real node: nvidia-ml-py's module itself, whose functions reach
+    the driver's libnvidia-ml.so.1."""
+    return pynvml

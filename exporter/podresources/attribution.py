@@ -7,10 +7,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 
-from exporter.podresources.allocations import Allocation, DraAllocation, PodResourcesSnapshot
-from exporter.podresources.device_ids import DeviceKind, DeviceRef
-from exporter.podresources.dra_devices import NVIDIA_GPU_DRIVER
-from exporter.podresources.dra_resolve import (
+from exporter.dra.names import NVIDIA_GPU_DRIVER
+from exporter.dra.resolve import (
     FOREIGN_DRIVER,
     SLICE_CONFLICT,
     DraIndex,
@@ -19,6 +17,8 @@ from exporter.podresources.dra_resolve import (
     dra_resource,
     resolve_dra_device,
 )
+from exporter.podresources.allocations import Allocation, DraAllocation, PodResourcesSnapshot
+from exporter.podresources.device_ids import DeviceKind, DeviceRef
 from exporter.snapshot import NodeSnapshot
 
 # (GPU UUID, GPU-instance id or None for the whole GPU)
@@ -64,7 +64,7 @@ class DraDeviceInUse:
 
     pool: str
     device: str
-    resource: str  # as the capacity families count it (dra_resolve.dra_resource)
+    resource: str  # as the capacity families count it (dra.resolve.dra_resource)
     key: DeviceKey | None  # None: it did not resolve to an NVML device
 
 

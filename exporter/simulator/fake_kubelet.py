@@ -27,8 +27,8 @@ from pathlib import Path
 
 import grpc
 
+from exporter.dra.names import NVIDIA_GPU_DRIVER
 from exporter.podresources.allocations import DraAllocation
-from exporter.podresources.dra_devices import NVIDIA_GPU_DRIVER
 from exporter.podresources.v1 import api_pb2, api_pb2_grpc
 from exporter.simulator import resource_slices
 from exporter.simulator.fake_nvml import FakeNvml

@@ -22,7 +22,7 @@ import zlib
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from exporter.podresources.dra_devices import NVIDIA_GPU_DRIVER
+from exporter.dra.names import NVIDIA_GPU_DRIVER
 from exporter.simulator.sim_gpu import MIB, SimGpu, SimMigInstance, stable_uuid
 
 if TYPE_CHECKING:

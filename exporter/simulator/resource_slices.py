@@ -16,7 +16,7 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
-from exporter.podresources.dra_devices import NVIDIA_GPU_DRIVER, profile_slug
+from exporter.dra.names import NVIDIA_GPU_DRIVER, profile_slug
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.fleet import FleetSpec
 from exporter.simulator.gpu_models import ARCH_ADA, ARCH_AMPERE, ARCH_HOPPER, ARCH_TURING

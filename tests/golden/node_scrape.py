@@ -22,13 +22,14 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter.app import attribution_sources, exposition_store, simulated_node, with_node_name
+from exporter.app import attribution_sources, exposition_store, with_node_name
 from exporter.cli import parse_config
 from exporter.config import Config
 from exporter.dcgm_compat import DEFAULT_VERSION, PROFILES, DcgmVersion, Profile
 from exporter.poller import Poller
 from exporter.server import build_app
 from exporter.simulator.fake_kubelet import FakeKubelet
+from exporter.simulator.node import simulated_node
 from exporter.simulator.resource_slices import resource_slices
 from tests.fake_kube_api import FakeKubeApi, write_kubeconfig
 
@@ -103,7 +104,8 @@ def scrape(golden: Golden) -> str:
             )
         simulate = ["--simulate", golden.fleet] if golden.fleet else ["--simulate"]
         config = parse_config([*simulate, *flags], environ={})
-        nvml, kubelet, config = stack.enter_context(simulated_node(config))
+        node = stack.enter_context(simulated_node(config))
+        nvml, kubelet, config = node.nvml, node.kubelet, node.config
         config = with_node_name(config, nvml.fleet.node_name)
         if api is not None:
             _publish_cluster_state(api, kubelet, config.labels.node_name)

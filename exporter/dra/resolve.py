@@ -4,7 +4,7 @@ Two sources, in order:
 1. This node's ResourceSlices (with --kubernetes): the driver's `uuid` attribute names a whole
    GPU or a MIG device exactly; a dynamic-MIG device, announced before it exists, has no `uuid`
    but a `parentUUID`, and is found on that parent by its placement.
-2. The device name alone (dra_devices.py): `gpu-<minor>` through NVML's minor number, a MIG
+2. The device name alone (names.py): `gpu-<minor>` through NVML's minor number, a MIG
    device through its parent's minor and its GPU instance's placement start. NVML shows a
    placement to privileged callers only; without it, a MIG device still resolves when exactly one
    live instance of its profile sits on that parent, and is reported ambiguous otherwise.
@@ -23,13 +23,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from exporter.kubernetes.resource_slices import SliceDevice
-from exporter.podresources.dra_devices import (
+from exporter.dra.names import (
     NVIDIA_GPU_DRIVER,
     DraDeviceName,
     parse_dra_device_name,
     profile_slug,
 )
+from exporter.dra.slices import SliceDevice
 from exporter.snapshot import GpuSnapshot, MigInstance, NodeSnapshot
 
 # Why a DRA device has no NVML device (the `reason` label).

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from exporter.podresources.dra_devices import NVIDIA_GPU_DRIVER
+from exporter.dra.names import NVIDIA_GPU_DRIVER
 
 # The API allows 128 devices per slice (v1); a few times that leaves room for future limits while
 # still bounding what one object can cost.

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from collections import Counter
 
-from exporter.kubernetes.resource_slices import SliceDevice
-from exporter.podresources.attribution import Attribution
-from exporter.podresources.dra_devices import NVIDIA_GPU_DRIVER, parse_dra_device_name
-from exporter.podresources.dra_resolve import (
+from exporter.dra.names import NVIDIA_GPU_DRIVER, parse_dra_device_name
+from exporter.dra.resolve import (
     DraIndex,
     SliceMap,
     dra_resource,
     named_gpu,
     slice_gpu,
 )
+from exporter.dra.slices import SliceDevice
+from exporter.podresources.attribution import Attribution
 
 
 def dra_allocated(attribution: Attribution) -> Counter[str]:
@@ -39,7 +39,7 @@ def dra_allocatable(slices: SliceMap) -> Counter[str]:
 def _offering_gpu(device: SliceDevice, index: DraIndex) -> str | None:
     """The physical GPU an offered device lives on, whether or not its MIG instance exists yet:
     the one NVML gives its name's minor number, as attribution trusts that over the slice
-    (dra_resolve.py), else the one the slice names."""
+    (resolve.py), else the one the slice names."""
     named = named_gpu(parse_dra_device_name(device.name), index)
     if named is not None:
         return named.identity.uuid

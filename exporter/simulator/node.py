@@ -1,0 +1,160 @@
+"""The `--simulate` backend: a simulated GPU node, with its fake kubelet, host tree and (with
+--kubernetes and no kubeconfig) API server, built from a fleet file."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from exporter.config import Config, ConfigurationError
+from exporter.node_backend import NodeBackend
+from exporter.nvml import mig_reader
+from exporter.simulator.control import PREFIX, add_control_routes
+from exporter.simulator.fake_kubelet import FakeKubelet
+from exporter.simulator.fake_nvml import FakeNvml
+from exporter.simulator.fleet import FleetError, FleetSpec, resolve_fleet
+from exporter.simulator.host_tree import HostTree
+from exporter.simulator.processes import ProcessTable
+
+log = logging.getLogger(__name__)
+
+
+def simulated_fleet(config: Config) -> FleetSpec:
+    """The fleet --simulate names; a bad fleet file is a ConfigurationError."""
+    try:
+        return resolve_fleet(config.fleet_file)
+    except FleetError as exc:
+        raise ConfigurationError(str(exc)) from None
+
+
+# Tried after tempfile's own candidates (TMPDIR, /tmp, /var/tmp, ...): Docker, podman and
+# Kubernetes mount a writable /dev/shm even under a read-only root filesystem with no /tmp.
+SCRATCH_FALLBACKS: tuple[str, ...] = ("/dev/shm",)
+
+
+def scratch_directory() -> tempfile.TemporaryDirectory[str]:
+    """A new private directory for the simulated node's sockets and files, created at once; a
+    ConfigurationError (one line) where no candidate is writable."""
+    for parent in (None, *SCRATCH_FALLBACKS):
+        with contextlib.suppress(OSError):
+            return tempfile.TemporaryDirectory(prefix="kube-gpu-exporter-", dir=parent)
+    raise ConfigurationError(
+        "--simulate needs a writable directory for its fake kubelet's socket, and TMPDIR, /tmp, "
+        f"/var/tmp and {', '.join(SCRATCH_FALLBACKS)} are all missing or read-only: "
+        "mount an emptyDir or a tmpfs at /tmp"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedNode:
+    """A running simulated node: its NVML, its kubelet, and the backend the exporter runs on."""
+
+    nvml: FakeNvml
+    kubelet: FakeKubelet
+    backend: NodeBackend
+
+    @property
+    def config(self) -> Config:
+        return self.backend.config
+
+
+def simulated_backend(config: Config) -> AbstractContextManager[NodeBackend]:
+    """The backend for --simulate: reads the fleet at once (a bad one is one line before anything
+    starts), starts the node when entered, and adds the fault-injection routes."""
+    fleet = simulated_fleet(config)
+
+    @contextlib.contextmanager
+    def started() -> Iterator[NodeBackend]:
+        with simulated_node(config, fleet) as node:
+            routes = functools.partial(add_control_routes, nvml=node.nvml, kubelet=node.kubelet)
+            log.info("simulator fault injection at %s/gpus (docs/simulator.md)", PREFIX)
+            yield replace(node.backend, extra_routes=routes)
+
+    return started()
+
+
+@contextlib.contextmanager
+def simulated_node(config: Config, fleet: FleetSpec | None = None) -> Iterator[SimulatedNode]:
+    """Start the simulated node `fleet` describes (the one --simulate names when None): its NVML,
+    its fake kubelet and host tree, and its API server where --kubernetes has no kubeconfig."""
+    fleet = simulated_fleet(config) if fleet is None else fleet
+    # First: without it the simulator cannot start, and a refusal is better said before anything.
+    scratch = scratch_directory()
+    log.info(
+        "simulating node %s with %d GPUs (driver %s, NVML %s)",
+        fleet.node_name,
+        len(fleet.gpus),
+        fleet.driver_version,
+        "privileged" if fleet.nvml_privileged else "unprivileged, as the DaemonSet runs",
+    )
+    # The fleet chose it: the refusal lines a real unprivileged node logs would read as faults.
+    unprivileged = (
+        None
+        if fleet.nvml_privileged
+        else "the simulated node is unprivileged on purpose (its fleet sets nvml_privileged: false)"
+    )
+    nvml = FakeNvml(fleet).install()
+    with scratch as tmp, _set_while(mig_reader, "expected_refusal", unprivileged):
+        kubelet = FakeKubelet(nvml, Path(tmp) / "kubelet.sock").start()
+        log.info("fake kubelet pod-resources socket at %s", kubelet.socket_path)
+        attribution = replace(config.attribution, socket_path=str(kubelet.socket_path))
+        collection = config.collection
+        if collection.processes_enabled:
+            # The pods' processes, and the host's /proc and /var/log as the node would show them.
+            nvml.processes = ProcessTable(nvml, kubelet)
+            tree = HostTree(nvml.processes, Path(tmp) / "host").refresh()
+            collection = replace(
+                collection, proc_root=str(tree.proc_root), log_root=str(tree.log_root)
+            )
+        config = replace(config, attribution=attribution, collection=collection)
+        try:
+            with contextlib.ExitStack() as cluster:
+                if config.attribution.kubernetes_enabled and not config.attribution.kubeconfig:
+                    config = _with_simulated_cluster(cluster, nvml, kubelet, config, Path(tmp))
+                backend = NodeBackend(nvml=nvml, config=config, node_name=fleet.node_name)
+                yield SimulatedNode(nvml, kubelet, backend)
+        finally:
+            kubelet.stop()
+            nvml.uninstall()
+
+
+@contextlib.contextmanager
+def _set_while(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """`owner.name` is `value` inside the block, and what it was before again after it."""
+    before = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, before)
+
+
+def _with_simulated_cluster(
+    stack: contextlib.ExitStack,
+    nvml: FakeNvml,
+    kubelet: FakeKubelet,
+    config: Config,
+    directory: Path,
+) -> Config:
+    """Serve the simulated node's pods, node and ResourceSlices from an in-process API until
+    `stack` closes, and point `config` at it: without a cluster, --kubernetes would only fail to
+    find a service account."""
+    from exporter.simulator.cluster_state import TEAM_LABEL, simulated_cluster
+
+    node = config.labels.node_name or nvml.fleet.node_name
+    cluster = stack.enter_context(simulated_cluster(nvml, kubelet, node, directory))
+    log.info("simulated Kubernetes API at %s (kubeconfig %s)", cluster.api.host, cluster.kubeconfig)
+    # Its pods carry a team label; allow-list it unless the user chose their own.
+    allowlist = config.attribution.pod_label_allowlist or re.escape(TEAM_LABEL)
+    attribution = replace(
+        config.attribution, kubeconfig=str(cluster.kubeconfig), pod_label_allowlist=allowlist
+    )
+    return replace(config, attribution=attribution)
