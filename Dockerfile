@@ -19,9 +19,10 @@ COPY exporter ./exporter
 # false: no `kubernetes` client (and its pydantic/requests/oauthlib tree), so no --kubernetes.
 # Declared here, late, so that both variants share the cached steps above.
 ARG WITH_KUBERNETES=true
-# The requirements come from pyproject.toml, less the client when it is not wanted; the wheel then
-# goes in without resolving again. A CA bundle given as the `ca-bundle` build secret is trusted by
-# pip for this step only (networks that inspect TLS) and never lands in a layer.
+# The requirements come from pyproject.toml, with the [simulator] extra (--simulate works in the
+# image) and less the client when it is not wanted; the wheel then goes in without resolving again.
+# A CA bundle given as the `ca-bundle` build secret is trusted by pip for this step only (networks
+# that inspect TLS) and never lands in a layer.
 # Then what the running exporter never uses goes: pip, setuptools and wheel, the dependencies'
 # own test suites, and the kubernetes client's asyncio twin, kubernetes.aio (66 MB, a third of the
 # virtualenv): the exporter uses the synchronous client, and nothing outside kubernetes.aio
@@ -32,7 +33,8 @@ RUN --mount=type=secret,id=ca-bundle,required=false \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi; \
     "$venv/bin/python" -c 'import sys, tomllib; \
         kube = sys.argv[1] != "false"; \
-        deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; \
+        project = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+        deps = project["dependencies"] + project["optional-dependencies"]["simulator"]; \
         print("\n".join(d for d in deps if kube or not d.startswith("kubernetes")))' \
         "$WITH_KUBERNETES" > requirements.txt; \
     "$venv/bin/pip" install --no-cache-dir --requirement requirements.txt; \

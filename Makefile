@@ -13,15 +13,15 @@ WORKERS ?= 2
 .PHONY: grafana-schema-deps test-plan
 
 # One virtualenv, installed into by what each target needs, each once per change of
-# pyproject.toml: `make run` the exporter and its runtime dependencies alone (the simulator's
-# included), `make demo` and `make bundle` the bundle generator as well ([bundle]), and the rest
+# pyproject.toml: `make run` the exporter and what --simulate adds ([simulator]), `make demo` and
+# `make bundle` the bundle generator as well ([bundle], which runs the simulated node), and the rest
 # the [test] extra's tools (pytest, ruff, hadolint, nvitop-exporter, yappi...), which hold both.
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
 $(VENV)/.installed-run: pyproject.toml | $(VENV)/bin/python
-	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --quiet -e '.[simulator]'
 	touch $@
 
 $(VENV)/.installed-bundle: pyproject.toml | $(VENV)/bin/python

@@ -26,12 +26,12 @@ from exporter.config import (
     AttributionConfig,
     CollectionConfig,
     Config,
-    ConfigurationError,
     HostLabel,
     LabelConfig,
     WebConfig,
 )
 from exporter.dcgm_compat import DEFAULT_VERSION, PROFILES, DcgmVersion
+from exporter.errors import ConfigurationError
 from exporter.logs import LEVELS, configure_logging
 
 if TYPE_CHECKING:
@@ -655,8 +655,15 @@ def node_backend(config: Config) -> AbstractContextManager[NodeBackend]:
     """The node to run on: this host's GPUs, or with --simulate the simulated node. The only
     place that names the simulator, imported here alone so that production never loads it."""
     if config.simulate:
-        from exporter.simulator.node import simulated_backend
-
+        try:
+            from exporter.simulator.node import simulated_backend
+        except ModuleNotFoundError as exc:
+            if exc.name != "grpc":
+                raise
+            raise ConfigurationError(
+                "--simulate needs the simulator's extra dependencies, which this install lacks: "
+                "pip install 'kube-gpu-exporter[simulator]'"
+            ) from None
         return simulated_backend(config)
     from exporter.real_node import real_backend
 

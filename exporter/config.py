@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from exporter.dcgm_compat import DEFAULT_PROFILE, Profile
 
 if TYPE_CHECKING:
-    from exporter.webconfig.parse import WebSecurity
+    from exporter.webconfig.settings import WebSecurity
 
 DEFAULT_PORT = 9455
 # A Kubernetes node name: an RFC 1123 DNS subdomain.
@@ -19,10 +19,6 @@ NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 RESOURCE_NAME = re.compile(
     r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
-
-
-class ConfigurationError(Exception):
-    """Bad input found while starting up (e.g. the fleet file); str() is a one-line message."""
 
 
 class HostLabel(StrEnum):

@@ -7,7 +7,8 @@ import contextlib
 import socket
 from contextlib import AbstractContextManager
 
-from exporter.config import Config, ConfigurationError
+from exporter.config import Config
+from exporter.errors import ConfigurationError
 from exporter.node_backend import NodeBackend
 from exporter.nvml.binding import check_binding, real_nvml
 

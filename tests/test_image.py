@@ -31,7 +31,7 @@ import pytest
 from bundle.localstack.processes import find_binary, free_port
 from deploy.image import debian_base, engines, measure
 from exporter.cli import main
-from exporter.config import ConfigurationError
+from exporter.errors import ConfigurationError
 from exporter.simulator import node as simulated
 
 ROOT = Path(__file__).resolve().parent.parent

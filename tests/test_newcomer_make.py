@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -45,13 +46,29 @@ def _test_extra() -> list[str]:
 def test_make_run_installs_the_exporter_without_the_test_tools(tmp_path):
     steps = _make("-n", "run", tmp_path=tmp_path)
     installs = [line for line in steps.splitlines() if "pip install" in line]
-    assert installs[-1].endswith("pip install --quiet -e ."), installs
-    assert not [line for line in installs if "[" in line], installs
+    assert installs[-1].endswith("pip install --quiet -e '.[simulator]'"), installs
     assert steps.splitlines()[-1].rstrip().endswith("kube-gpu-exporter --simulate")
-    # The simulator's own needs (grpcio for its fake kubelet) are runtime dependencies.
-    runtime = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    assert any(r.startswith("grpcio") for r in runtime)
-    assert not set(_test_extra()) & {_name(r) for r in runtime}
+    # The simulator's own needs (grpcio for its fake kubelet) are an extra, which a real node's
+    # install leaves out, and none of the test tools are in it.
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    simulator = {_name(r) for r in project["optional-dependencies"]["simulator"]}
+    assert simulator == {"grpcio"}
+    assert not {_name(r) for r in project["dependencies"]} & (simulator | set(_test_extra()))
+
+
+def test_simulate_without_the_simulator_extra_is_one_line_and_status_2():
+    # A fresh process in which grpcio cannot be imported, as after `pip install kube-gpu-exporter`.
+    # Refused before the address is bound: port 1 is never listened on.
+    code = (
+        "import sys; sys.modules['grpc'] = None; from exporter.cli import main; "
+        "sys.exit(main(['--simulate', '--web.listen-address=127.0.0.1:1']))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "pip install 'kube-gpu-exporter[simulator]'" in done.stderr
 
 
 def test_make_test_first_says_what_it_installs_and_how_long(tmp_path):

@@ -13,7 +13,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from exporter.app import thread_problem
-from exporter.config import ConfigurationError, WebConfig
+from exporter.config import WebConfig
+from exporter.errors import ConfigurationError
 from exporter.exposition.store import Exposition, ExpositionStore
 from exporter.poller import Poller
 from exporter.server import accepts_gzip, bind_listeners, build_app, split_listen_address

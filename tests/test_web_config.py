@@ -21,7 +21,8 @@ import yaml
 from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 
-from exporter.config import ConfigurationError, WebConfig
+from exporter.config import WebConfig
+from exporter.errors import ConfigurationError
 from exporter.server import build_app
 from exporter.webconfig.basic_auth import BasicAuth
 from exporter.webconfig.parse import load_web_config

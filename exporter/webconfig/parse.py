@@ -5,14 +5,13 @@ and the key, at startup, never a surprise at the first scrape."""
 from __future__ import annotations
 
 import re
-import ssl
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from exporter import small_yaml
-from exporter.config import ConfigurationError
-from exporter.webconfig.live_users import LiveUsers
+from exporter.errors import ConfigurationError
+from exporter.webconfig.settings import TlsSettings, WebSecurity
+from exporter.webconfig.tls import ssl_context
 
 MAX_FILE_BYTES = 1 << 20
 # Modular crypt format of bcrypt: $2a$/$2b$/$2y$, a two-digit cost, 53 characters of salt+hash.
@@ -53,35 +52,6 @@ HTTP_KEYS = {"http2", "headers"}
 TOP_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users", "rate_limit"}
 # Known, so they get their own reason, but never accepted: an "allowed:" hint must not offer them.
 REFUSED_KEYS = {"rate_limit", "cert", "key", "client_ca"}
-
-
-@dataclass(frozen=True, slots=True)
-class TlsSettings:
-    cert_file: Path
-    key_file: Path
-    client_auth_type: str = "NoClientCert"
-    client_ca_file: Path | None = None
-    client_allowed_sans: tuple[str, ...] = ()
-    min_version: str = "TLS12"
-    max_version: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class WebSecurity:
-    source: Path
-    tls: TlsSettings | None
-    ssl_context: ssl.SSLContext | None
-    # user -> bcrypt hash
-    basic_auth_users: dict[str, bytes]
-    headers: tuple[tuple[str, str], ...] = ()
-    # Keys accepted but ignored, one sentence each, for the caller to log.
-    warnings: tuple[str, ...] = ()
-    # The users a server started with this config checks passwords against now: the reloader
-    # replaces them when the file is re-read. State, not what the file says, so not compared.
-    live_users: LiveUsers = field(init=False, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "live_users", LiveUsers(self.basic_auth_users))
 
 
 class _Reader:
@@ -147,8 +117,6 @@ PEM = {
 
 
 def load_web_config(path: str | Path) -> WebSecurity:
-    from exporter.webconfig.tls import ssl_context
-
     path = Path(path)
     reader = _Reader(path)
     try:

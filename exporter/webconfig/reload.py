@@ -27,8 +27,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter.config import ConfigurationError
-from exporter.webconfig.parse import PEM, WebSecurity, load_web_config
+from exporter.errors import ConfigurationError
+from exporter.webconfig.parse import PEM, load_web_config
+from exporter.webconfig.settings import WebSecurity
 
 log = logging.getLogger(__name__)
 

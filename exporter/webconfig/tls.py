@@ -5,8 +5,8 @@ from __future__ import annotations
 import ssl
 from collections.abc import Callable
 
-from exporter.config import ConfigurationError
-from exporter.webconfig.parse import TlsSettings
+from exporter.errors import ConfigurationError
+from exporter.webconfig.settings import TlsSettings
 
 VERSIONS = {
     "TLS10": ssl.TLSVersion.TLSv1,
