@@ -48,9 +48,13 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _field(field_id: int) -> Callable[[Any], Any]:
-    def read(handle: Any) -> Any:
-        [entry] = pynvml.nvmlDeviceGetFieldValues(handle, [field_id])
+# A reader: (the NVML it is handed, a device handle) -> the value.
+Read = Callable[[Any, Any], Any]
+
+
+def _field(field_id: int) -> Read:
+    def read(nvml: Any, handle: Any) -> Any:
+        [entry] = nvml.nvmlDeviceGetFieldValues(handle, [field_id])
         value = field_value(entry)
         if value is None:
             raise pynvml.NVMLError_NotSupported()
@@ -59,8 +63,8 @@ def _field(field_id: int) -> Callable[[Any], Any]:
     return read
 
 
-def _nvlink_total(handle: Any) -> float:
-    links = _field(pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT)(handle)
+def _nvlink_total(nvml: Any, handle: Any) -> float:
+    links = _field(pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT)(nvml, handle)
     if not links:
         raise pynvml.NVMLError_NotSupported()
     request = [
@@ -71,17 +75,17 @@ def _nvlink_total(handle: Any) -> float:
             pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
         )
     ]
-    entries = pynvml.nvmlDeviceGetFieldValues(handle, request)
+    entries = nvml.nvmlDeviceGetFieldValues(handle, request)
     return sum(v for v in map(field_value, entries) if v is not None)
 
 
 # (metric, help, reads the MIG instance's own handle?, one NVML call giving the value)
-FIELDS: tuple[tuple[str, str, bool, Callable[[Any], Any]], ...] = (
+FIELDS: tuple[tuple[str, str, bool, Read], ...] = (
     (
         "DCGM_FI_DEV_GPU_TEMP",
         "GPU temperature (in C).",
         False,
-        lambda h: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+        lambda n, h: n.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
     ),
     (
         "DCGM_FI_DEV_MEMORY_TEMP",
@@ -93,92 +97,92 @@ FIELDS: tuple[tuple[str, str, bool, Callable[[Any], Any]], ...] = (
         "DCGM_FI_DEV_GPU_UTIL",
         "GPU utilization (in %).",
         True,
-        lambda h: pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
+        lambda n, h: n.nvmlDeviceGetUtilizationRates(h).gpu,
     ),
     (
         "DCGM_FI_DEV_MEM_COPY_UTIL",
         "Memory utilization (in %).",
         True,
-        lambda h: pynvml.nvmlDeviceGetUtilizationRates(h).memory,
+        lambda n, h: n.nvmlDeviceGetUtilizationRates(h).memory,
     ),
     (
         "DCGM_FI_DEV_ENC_UTIL",
         "Encoder utilization (in %).",
         True,
-        lambda h: pynvml.nvmlDeviceGetEncoderUtilization(h)[0],
+        lambda n, h: n.nvmlDeviceGetEncoderUtilization(h)[0],
     ),
     (
         "DCGM_FI_DEV_DEC_UTIL",
         "Decoder utilization (in %).",
         True,
-        lambda h: pynvml.nvmlDeviceGetDecoderUtilization(h)[0],
+        lambda n, h: n.nvmlDeviceGetDecoderUtilization(h)[0],
     ),
     (
         "DCGM_FI_DEV_FB_FREE",
         "Framebuffer memory free (in MiB).",
         True,
-        lambda h: pynvml.nvmlDeviceGetMemoryInfo(h).free // MIB,
+        lambda n, h: n.nvmlDeviceGetMemoryInfo(h).free // MIB,
     ),
     (
         "DCGM_FI_DEV_FB_USED",
         "Framebuffer memory used (in MiB).",
         True,
-        lambda h: pynvml.nvmlDeviceGetMemoryInfo(h).used // MIB,
+        lambda n, h: n.nvmlDeviceGetMemoryInfo(h).used // MIB,
     ),
     (
         "DCGM_FI_DEV_FB_TOTAL",
         "Framebuffer memory total (in MiB).",
         True,
-        lambda h: pynvml.nvmlDeviceGetMemoryInfo(h).total // MIB,
+        lambda n, h: n.nvmlDeviceGetMemoryInfo(h).total // MIB,
     ),
     (
         "DCGM_FI_DEV_POWER_USAGE",
         "Power draw (in W).",
         False,
-        lambda h: pynvml.nvmlDeviceGetPowerUsage(h) / 1000,
+        lambda n, h: n.nvmlDeviceGetPowerUsage(h) / 1000,
     ),
     (
         "DCGM_FI_DEV_POWER_MGMT_LIMIT",
         "Power management limit (in W).",
         False,
-        lambda h: pynvml.nvmlDeviceGetPowerManagementLimit(h) / 1000,
+        lambda n, h: n.nvmlDeviceGetPowerManagementLimit(h) / 1000,
     ),
     (
         "DCGM_FI_DEV_ENFORCED_POWER_LIMIT",
         "Enforced power limit (in W).",
         False,
-        lambda h: pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000,
+        lambda n, h: n.nvmlDeviceGetEnforcedPowerLimit(h) / 1000,
     ),
     (
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
         "Total energy consumption since boot (in mJ).",
         False,
-        pynvml.nvmlDeviceGetTotalEnergyConsumption,
+        lambda n, h: n.nvmlDeviceGetTotalEnergyConsumption(h),
     ),
     (
         "DCGM_FI_DEV_SM_CLOCK",
         "SM clock frequency (in MHz).",
         False,
-        lambda h: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+        lambda n, h: n.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
     ),
     (
         "DCGM_FI_DEV_MEM_CLOCK",
         "Memory clock frequency (in MHz).",
         False,
-        lambda h: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
+        lambda n, h: n.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
     ),
     (
         "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
         "Current clock throttle reasons.",
         False,
-        pynvml.nvmlDeviceGetCurrentClocksThrottleReasons,
+        lambda n, h: n.nvmlDeviceGetCurrentClocksThrottleReasons(h),
     ),
     *(
         (
             f"DCGM_FI_DEV_ECC_{kind}_{scope}_TOTAL",
             f"Total {kind} ECC errors, {scope.lower()}.",
             False,
-            lambda h, e=error, c=counter: pynvml.nvmlDeviceGetTotalEccErrors(h, e, c),
+            lambda n, h, e=error, c=counter: n.nvmlDeviceGetTotalEccErrors(h, e, c),
         )
         for kind, error in (
             ("SBE", pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
@@ -190,7 +194,7 @@ FIELDS: tuple[tuple[str, str, bool, Callable[[Any], Any]], ...] = (
         )
     ),
     *(
-        (metric, help_, False, lambda h, i=i: pynvml.nvmlDeviceGetRemappedRows(h)[i])
+        (metric, help_, False, lambda n, h, i=i: n.nvmlDeviceGetRemappedRows(h)[i])
         for i, (metric, help_) in enumerate(
             (
                 ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "Rows remapped for correctable errors."),
@@ -207,7 +211,7 @@ FIELDS: tuple[tuple[str, str, bool, Callable[[Any], Any]], ...] = (
         "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
         "Total number of PCIe retries.",
         False,
-        pynvml.nvmlDeviceGetPcieReplayCounter,
+        lambda n, h: n.nvmlDeviceGetPcieReplayCounter(h),
     ),
     (
         "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
@@ -228,10 +232,13 @@ class _Entity:
 class BaselineExporter:
     def __init__(
         self,
+        nvml: Any,
         node_name: str,
         kubelet_socket: str | None,
         registry: CollectorRegistry,
     ) -> None:
+        # The `pynvml` module on a GPU host, the simulator's api object in the benchmarks.
+        self._nvml = nvml
         self._node = node_name
         self._socket = kubelet_socket
         self._gauges = {
@@ -264,51 +271,52 @@ class BaselineExporter:
                             owners[key] = (container.name, pod.namespace, pod.name)
         return owners
 
-    @staticmethod
-    def _device_key(device_id: str) -> tuple[str, str] | None:
+    def _device_key(self, device_id: str) -> tuple[str, str] | None:
+        nvml = self._nvml
         if device_id.startswith("GPU-"):
             return device_id, ""
         if device_id.startswith("MIG-"):
             try:
-                mig = pynvml.nvmlDeviceGetHandleByUUID(device_id)
-                parent = pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig)
-                return _text(pynvml.nvmlDeviceGetUUID(parent)), str(
-                    pynvml.nvmlDeviceGetGpuInstanceId(mig)
+                mig = nvml.nvmlDeviceGetHandleByUUID(device_id)
+                parent = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig)
+                return _text(nvml.nvmlDeviceGetUUID(parent)), str(
+                    nvml.nvmlDeviceGetGpuInstanceId(mig)
                 )
             except pynvml.NVMLError:
                 return None
         return None
 
     def _entities(self) -> list[_Entity]:
+        nvml = self._nvml
         entities = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
             base = {
                 "gpu": str(index),
-                "UUID": _text(pynvml.nvmlDeviceGetUUID(handle)),
-                "pci_bus_id": _text(pynvml.nvmlDeviceGetPciInfo(handle).busId),
+                "UUID": _text(nvml.nvmlDeviceGetUUID(handle)),
+                "pci_bus_id": _text(nvml.nvmlDeviceGetPciInfo(handle).busId),
                 "device": f"nvidia{index}",
-                "modelName": _text(pynvml.nvmlDeviceGetName(handle)),
+                "modelName": _text(nvml.nvmlDeviceGetName(handle)),
                 "GPU_I_PROFILE": "",
                 "GPU_I_ID": "",
                 HOST_LABEL: self._node,
             }
             try:
-                mig_enabled = pynvml.nvmlDeviceGetMigMode(handle)[0] == 1
+                mig_enabled = nvml.nvmlDeviceGetMigMode(handle)[0] == 1
             except pynvml.NVMLError:
                 mig_enabled = False
             if not mig_enabled:
                 entities.append(_Entity(base, handle, handle))
                 continue
-            for slot in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
                 try:
-                    mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+                    mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
                 except pynvml.NVMLError:
                     continue
                 labels = {
                     **base,
-                    "GPU_I_PROFILE": _text(pynvml.nvmlDeviceGetName(mig)).rsplit(" MIG ", 1)[-1],
-                    "GPU_I_ID": str(pynvml.nvmlDeviceGetGpuInstanceId(mig)),
+                    "GPU_I_PROFILE": _text(nvml.nvmlDeviceGetName(mig)).rsplit(" MIG ", 1)[-1],
+                    "GPU_I_ID": str(nvml.nvmlDeviceGetGpuInstanceId(mig)),
                 }
                 entities.append(_Entity(labels, mig, handle))
         return entities
@@ -322,7 +330,7 @@ class BaselineExporter:
             labels = {**entity.labels, "container": container, "namespace": namespace, "pod": pod}
             for name, _, per_instance, read in FIELDS:
                 try:
-                    value = read(entity.own if per_instance else entity.board)
+                    value = read(self._nvml, entity.own if per_instance else entity.board)
                 except pynvml.NVMLError:
                     continue
                 self._gauges[name].labels(**labels).set(value)
@@ -337,11 +345,14 @@ class BaselineExporter:
             time.sleep(max(0.0, interval_seconds - (time.monotonic() - started)))
 
 
-def serve(node_name: str, kubelet_socket: str | None, port: int, interval_seconds: float) -> None:
-    """Poll in a thread and serve with prometheus_client's own HTTP server, until killed."""
-    pynvml.nvmlInit()
+def serve(
+    nvml: Any, node_name: str, kubelet_socket: str | None, port: int, interval_seconds: float
+) -> None:
+    """Poll `nvml` in a thread and serve with prometheus_client's own HTTP server, until
+    killed."""
+    nvml.nvmlInit()
     registry = CollectorRegistry()
-    exporter = BaselineExporter(node_name, kubelet_socket, registry)
+    exporter = BaselineExporter(nvml, node_name, kubelet_socket, registry)
     exporter.poll()
     start_http_server(port, addr="127.0.0.1", registry=registry)
     thread = threading.Thread(target=exporter.run, args=(interval_seconds,), daemon=True)

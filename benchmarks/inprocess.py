@@ -3,8 +3,9 @@ calls per sweep, for the exporter, the baseline and nvitop-exporter on the same 
 
     python -m benchmarks.inprocess FLEET      # prints one JSON object
 
-Run in a child process per fleet, so the simulated NVML patched into pynvml and nvitop's import-time
-state never meet another fleet's.
+Run in a child process per fleet, so the simulated NVML (which nvitop, unable to be handed one,
+reaches through pynvml: foreign_nvml.py) and nvitop's import-time state never meet another
+fleet's.
 """
 
 from __future__ import annotations
@@ -58,12 +59,15 @@ def _wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> None:
 
 
 def measure_ours(nvml: FakeNvml, socket_path: str) -> dict[str, Any]:
+    from exporter.attribution.context import AttributionContext
+    from exporter.attribution.join import join
+    from exporter.attribution.model import AttributedNode
     from exporter.config import CollectionConfig, LabelConfig
-    from exporter.exposition.context import AttributionContext
     from exporter.exposition.renderer import Renderer
     from exporter.exposition.store import build_exposition
     from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
     from exporter.poller import Poller
+    from exporter.snapshot import NodeSnapshot
 
     watcher = PodResourcesWatcher(PodResourcesClient(socket_path), 5.0)
     if not watcher.refresh():
@@ -74,7 +78,7 @@ def measure_ours(nvml: FakeNvml, socket_path: str) -> dict[str, Any]:
     config = CollectionConfig(
         interval_seconds=_SWEEP_SECONDS, pcie_interval_seconds=3 * _SWEEP_SECONDS
     )
-    poller = Poller(config, sweeps.append)
+    poller = Poller(config, sweeps.append, nvml.source())
 
     # Two warm-up sweeps learn identities, MIG layouts and NOT_SUPPORTED answers; count after.
     poller.start()
@@ -84,28 +88,33 @@ def measure_ours(nvml: FakeNvml, socket_path: str) -> dict[str, Any]:
     swept = len(sweeps) - counted_from
     poller.stop()
     snapshot = sweeps[-1]
-    renderer = Renderer(LabelConfig(node_name=nvml.fleet.node_name))
-    exposition = build_exposition(snapshot, renderer, context)
+    labels = LabelConfig(node_name=nvml.fleet.node_name)
+    renderer = Renderer(labels)
+
+    def attributed(snapshot: NodeSnapshot) -> AttributedNode:
+        return join(snapshot, context, labels)
+
+    exposition = build_exposition(snapshot, renderer, attributed)
     per_sweep = {k: v / swept for k, v in calls.items()}
     return {
         "nvml_calls_per_sweep": round(sum(per_sweep.values()), 1),
         "nvml_calls_by_function": {k: round(v, 2) for k, v in sorted(per_sweep.items())},
-        "render_ms": median_ms(lambda: renderer.render_body(snapshot, context)),
-        "render_gzip_ms": median_ms(lambda: build_exposition(snapshot, renderer, context)),
+        # Joined and rendered, the body's cost per snapshot.
+        "render_ms": median_ms(lambda: renderer.render_body(attributed(snapshot))),
+        "render_gzip_ms": median_ms(lambda: build_exposition(snapshot, renderer, attributed)),
         "body_bytes": len(exposition.body),
     }
 
 
 def measure_baseline(nvml: FakeNvml, socket_path: str) -> dict[str, Any]:
-    import pynvml
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
     from benchmarks.baseline_exporter import BaselineExporter
 
-    pynvml.nvmlInit()
+    nvml.api.nvmlInit()
     registry = CollectorRegistry()
-    exporter = BaselineExporter(nvml.fleet.node_name, socket_path, registry)
+    exporter = BaselineExporter(nvml.api, nvml.fleet.node_name, socket_path, registry)
     exporter.poll()
     calls = _calls_during(nvml, exporter.poll)
     return {
@@ -118,6 +127,10 @@ def measure_baseline(nvml: FakeNvml, socket_path: str) -> dict[str, Any]:
 
 
 def measure_nvitop(nvml: FakeNvml) -> dict[str, Any]:
+    from benchmarks.foreign_nvml import point_pynvml_at
+
+    # Last in this process: ours and the baseline, handed `nvml.api`, have finished.
+    point_pynvml_at(nvml.api)
     from nvitop import Device
     from nvitop_exporter.exporter import PrometheusExporter
     from prometheus_client import CollectorRegistry, generate_latest
@@ -148,7 +161,7 @@ def measure(fleet_name: str) -> dict[str, Any]:
     # Each call costs the CPU a real one does (call_costs.py), as on a node; only the PCIe
     # window's wait, which costs no CPU, is left out to keep the run short.
     fleet = replace(fleet_spec(fleet_name), pcie_window_ms=0.0)
-    nvml = FakeNvml(fleet).install()
+    nvml = FakeNvml(fleet)
     with tempfile.TemporaryDirectory(prefix="kge-bench-") as tmp:
         socket_path = str(Path(tmp) / "kubelet.sock")
         kubelet = FakeKubelet(nvml, socket_path).start()

@@ -2,8 +2,9 @@
 
     python -m benchmarks.overhead_profile [--fleet default] [--poll 1] [--seconds 30]
 
-Three views of one running exporter (the production entry point, `exporter.cli.main`, with a fake
-kubelet in a process of its own and the simulated NVML replaying precomputed answers):
+Three views of one running exporter (the command line's own steps, handed the simulated NVML
+replaying precomputed answers: benchmarks/simulated.py, run_exporter; a fake kubelet in a process
+of its own):
 
 - CPU by thread (the poller, each helper, the event loop), read from each thread's own CPU
   clock with nothing else running in the process, so the figures are the exporter's own.
@@ -33,9 +34,13 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.processes import REPO, fake_kubelet, free_port
+
+if TYPE_CHECKING:
+    # Only for annotations: the imports view measures what the child process imports.
+    from exporter.nvml.source import NvmlSource
 
 MB = 1_000_000
 VIEWS = ("threads", "cpu", "imports", "heap")
@@ -52,10 +57,12 @@ def _rss_bytes() -> int:
 
 
 def _package_of(path: str) -> str:
-    """A source file as the package a reader knows: `exporter.nvml`, `aiohttp`, `asyncio`."""
-    if "/exporter/" in path and "site-packages" not in path:
-        parts = path.split("/exporter/", 1)[1].split("/")
-        return "exporter" if len(parts) == 1 else f"exporter.{parts[0]}"
+    """A source file as the package a reader knows: `exporter.nvml`, `aiohttp`, `asyncio`; the
+    benchmarks' own modules (the precomputed answers' replay) as `benchmarks`."""
+    for ours in ("exporter", "benchmarks"):
+        if f"/{ours}/" in path and "site-packages" not in path:
+            parts = path.split(f"/{ours}/", 1)[1].split("/")
+            return ours if len(parts) == 1 else f"{ours}.{parts[0]}"
     for marker in _SITE:
         if marker in path:
             rest = path.split(marker, 1)[1]
@@ -100,8 +107,11 @@ class _ImportCosts:
                 stack[-1][1] += added
 
 
-def _run_exporter(argv: list[str], seconds: float, at_end: Callable[[], None]) -> None:
-    """The exporter's main on this thread until `seconds` pass, then `at_end()` and SIGTERM."""
+def _run_exporter(
+    nvml: NvmlSource, argv: list[str], seconds: float, at_end: Callable[[], None]
+) -> None:
+    """The exporter on `nvml`, on this thread until `seconds` pass, then `at_end()` and
+    SIGTERM."""
 
     def later() -> None:
         time.sleep(seconds)
@@ -111,9 +121,9 @@ def _run_exporter(argv: list[str], seconds: float, at_end: Callable[[], None]) -
             os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=later, name="profile-timer", daemon=True).start()
-    from exporter.cli import main
+    from benchmarks.simulated import run_exporter
 
-    main(argv)
+    run_exporter(nvml, argv)
 
 
 def child(view: str, fleet: str, warmup: float, seconds: float, argv: list[str]) -> None:
@@ -122,7 +132,7 @@ def child(view: str, fleet: str, warmup: float, seconds: float, argv: list[str])
     if view == "threads":
         from benchmarks.simulated import fleet_spec, simulated_nvml
 
-        simulated_nvml(fleet_spec(fleet))
+        nvml = simulated_nvml(fleet_spec(fleet))
         at_start: dict[str, float] = {}
 
         def threads_at_start() -> None:
@@ -135,13 +145,13 @@ def child(view: str, fleet: str, warmup: float, seconds: float, argv: list[str])
             result["seconds"] = seconds
 
         threading.Thread(target=threads_at_start, daemon=True).start()
-        _run_exporter(argv, warmup + seconds, threads_at_end)
+        _run_exporter(nvml, argv, warmup + seconds, threads_at_end)
     elif view == "cpu":
         import yappi
 
         from benchmarks.simulated import fleet_spec, simulated_nvml
 
-        simulated_nvml(fleet_spec(fleet))
+        nvml = simulated_nvml(fleet_spec(fleet))
         yappi.set_clock_type("cpu")
         yappi.start(profile_threads=True)
 
@@ -163,14 +173,14 @@ def child(view: str, fleet: str, warmup: float, seconds: float, argv: list[str])
             yappi.clear_stats()  # start-up and the replay's learning are not steady state
 
         threading.Thread(target=steady_state, daemon=True).start()
-        _run_exporter(argv, warmup + seconds, cpu_at_end)
+        _run_exporter(nvml, argv, warmup + seconds, cpu_at_end)
     elif view == "imports":
         imports = _ImportCosts()
         result["bare_python_rss"] = _rss_bytes()
         imports.install()
         from benchmarks.simulated import fleet_spec, simulated_nvml
 
-        simulated_nvml(fleet_spec(fleet))
+        nvml = simulated_nvml(fleet_spec(fleet))
         result["simulator_rss"] = _rss_bytes()
 
         def imports_at_end() -> None:
@@ -178,7 +188,7 @@ def child(view: str, fleet: str, warmup: float, seconds: float, argv: list[str])
             result["imports"] = imports.by_package.most_common(25)
             result["rss"] = _rss_bytes()
 
-        _run_exporter(argv, warmup + seconds, imports_at_end)
+        _run_exporter(nvml, argv, warmup + seconds, imports_at_end)
     else:
         import tracemalloc
 
@@ -186,7 +196,7 @@ def child(view: str, fleet: str, warmup: float, seconds: float, argv: list[str])
         tracemalloc.start()
         from benchmarks.simulated import fleet_spec, simulated_nvml
 
-        simulated_nvml(fleet_spec(fleet))
+        nvml = simulated_nvml(fleet_spec(fleet))
 
         def heap_at_end() -> None:
             snapshot = tracemalloc.take_snapshot()
@@ -196,7 +206,7 @@ def child(view: str, fleet: str, warmup: float, seconds: float, argv: list[str])
             result["heap"] = heap.most_common(20)
             result["heap_total"] = sum(heap.values())
 
-        _run_exporter(argv, warmup + seconds, heap_at_end)
+        _run_exporter(nvml, argv, warmup + seconds, heap_at_end)
     print(json.dumps(result), flush=True)
 
 

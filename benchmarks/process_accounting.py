@@ -32,9 +32,10 @@ from exporter.nvml.helper import LiveGpu
 from exporter.nvml.mig_reader import MigReader
 from exporter.nvml.process_sampler import ProcessSampler
 from exporter.processes.host_pids import HostPidOwners
-from exporter.processes.owner import PidOwners, ProcessOwner
+from exporter.processes.owner import PidOwners
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.fleet import parse_fleet
+from exporter.snapshot import ProcessOwner
 
 PROCESSES_PER_CONTAINER = 5
 # One process in this many is also a graphics client, so the lists overlap as on a real node.
@@ -83,7 +84,8 @@ class StandInProcesses:
         self._clock = 0
 
     @contextmanager
-    def installed(self) -> Iterator[None]:
+    def installed(self, api: Any) -> Iterator[None]:
+        """On the simulator's api object (`api`), for as long as the block runs."""
         replacements: dict[str, Callable[..., Any]] = {
             "nvmlDeviceGetComputeRunningProcesses": self._compute,
             "nvmlDeviceGetGraphicsRunningProcesses": self._graphics,
@@ -92,7 +94,7 @@ class StandInProcesses:
         }
         with ExitStack() as stack:
             for name, function in replacements.items():
-                stack.enter_context(mock.patch.object(pynvml, name, function))
+                stack.enter_context(mock.patch.object(api, name, function))
             yield
 
     def _rows(self, pids: Any) -> list[Any]:
@@ -164,12 +166,12 @@ def write_host(node: Node, root: Path) -> tuple[Path, Path]:
     return proc, logs
 
 
-def _ask_everything(handles: list[Any]) -> None:
+def _ask_everything(api: Any, handles: list[Any]) -> None:
     """The NVML calls of one round and nothing else."""
     for handle in handles:
         for kind in ("Compute", "Graphics", "MPSCompute"):
-            getattr(pynvml, f"nvmlDeviceGet{kind}RunningProcesses")(handle)
-        pynvml.nvmlDeviceGetProcessesUtilizationInfo(handle, 0)
+            getattr(api, f"nvmlDeviceGet{kind}RunningProcesses")(handle)
+        api.nvmlDeviceGetProcessesUtilizationInfo(handle, 0)
 
 
 def round_ms(sampler: ProcessSampler, repeat: int) -> float:
@@ -187,20 +189,22 @@ def measure(gpus: int = 8, processes: int = 50, repeat: int = 7) -> dict[str, fl
         "gpus:\n" + "  - {model: H100-80GB-HBM3, workload: training}\n" * gpus, "process bench"
     )
     # Process lists cost what a real one does (call_costs.py); no PCIe wait is involved.
-    sim = FakeNvml(replace(fleet, pcie_window_ms=0.0)).install()
-    pynvml.nvmlInit()
+    sim = FakeNvml(replace(fleet, pcie_window_ms=0.0))
+    api = sim.api
+    api.nvmlInit()
     try:
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(gpus)]
-        live = [LiveGpu(i, pynvml.nvmlDeviceGetUUID(h)) for i, h in enumerate(handles)]
-        with StandInProcesses(node, handles).installed(), tempfile.TemporaryDirectory() as tmp:
+        handles = [api.nvmlDeviceGetHandleByIndex(i) for i in range(gpus)]
+        live = [LiveGpu(i, api.nvmlDeviceGetUUID(h)) for i, h in enumerate(handles)]
+        stand_ins = StandInProcesses(node, handles)
+        with stand_ins.installed(api), tempfile.TemporaryDirectory() as tmp:
             proc, logs = write_host(node, Path(tmp))
             host = HostPidOwners(proc, logs)
             if (problem := host.problem()) is not None:
                 raise RuntimeError(f"the benchmark's host tree is not accepted: {problem}")
-            figures = {"binding": median_ms(lambda: _ask_everything(handles), repeat)}
+            figures = {"binding": median_ms(lambda: _ask_everything(api, handles), repeat)}
             owners: dict[str, PidOwners] = {"table": TableOwners(node), "host": host}
             for name, pid_owners in owners.items():
-                nvml = GuardedNvml(ErrorTally())
+                nvml = GuardedNvml(ErrorTally(), api)
                 sampler = ProcessSampler(nvml, MigReader(nvml, 60.0), pid_owners, 1.0)
                 sampler.track(live)
                 figures[name] = round_ms(sampler, repeat)
@@ -209,8 +213,8 @@ def measure(gpus: int = 8, processes: int = 50, repeat: int = 7) -> dict[str, fl
                     raise RuntimeError(f"{found} processes found, {gpus * processes} expected")
         return figures
     finally:
-        pynvml.nvmlShutdown()
-        sim.uninstall()
+        api.nvmlShutdown()
+        sim.close()
 
 
 def summary(gpus: int = 8, processes: int = 50) -> str:

@@ -5,22 +5,27 @@
     python -m benchmarks.simulated FLEET baseline PORT SOCKET INTERVAL
     python -m benchmarks.simulated FLEET nvitop PORT INTERVAL
 
-FLEET is a fleet file or `default`. Every exporter gets the same simulated NVML (FakeNvml
-installed into pynvml before the exporter imports anything), and the fake kubelet runs in a process
-of its own, as the real kubelet does, so an exporter's CPU and memory are its own.
+FLEET is a fleet file or `default`. Every exporter gets the same simulated NVML, in its own
+process: ours and the baseline are handed the simulator's api object; nvitop-exporter, which
+imports pynvml itself, gets it through foreign_nvml.py. The fake kubelet runs in a process of its
+own, as the real kubelet does, so an exporter's CPU and memory are its own.
 
 With BENCH_NVML_ANSWERS=precomputed in the environment, the simulated NVML replays remembered
-answers instead of computing them (exporter/simulator/precomputed_answers.py): what the
-participant then spends is its own cost, with the simulator's share removed.
+answers instead of computing them (benchmarks/precomputed_answers.py): what the participant then
+spends is its own cost, with the simulator's share removed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
+from benchmarks.precomputed_answers import precomputed_api
+from exporter.nvml.source import NvmlSource
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.fleet import FleetSpec, default_fleet, load_fleet
 
@@ -37,13 +42,34 @@ def fleet_spec(name: str) -> FleetSpec:
     return load_fleet(path if path.exists() else name)
 
 
-def simulated_nvml(fleet: FleetSpec) -> FakeNvml:
-    """The participant's simulated NVML, installed into pynvml, answering as the environment
-    says."""
+def simulated_nvml(fleet: FleetSpec) -> NvmlSource:
+    """The participant's simulated NVML, answering as the environment says."""
     answers = os.environ.get(ANSWERS_VARIABLE, "live")
     if answers not in ANSWERS:
         raise SystemExit(f"{ANSWERS_VARIABLE}={answers!r}: expected one of {', '.join(ANSWERS)}")
-    return FakeNvml(fleet, precomputed=answers == "precomputed").install()
+    sim = FakeNvml(fleet)
+    return NvmlSource(precomputed_api(sim) if answers == "precomputed" else sim.api)
+
+
+def run_exporter(nvml: NvmlSource, argv: Sequence[str]) -> int:
+    """`kube-gpu-exporter ARGV` as on a GPU host, with `nvml` where the host's library would be:
+    the command line's own steps (exporter/cli.py, main), on a backend that hands the poller
+    `nvml`."""
+    import socket
+
+    from exporter.app import ignore_stray_signals, run
+    from exporter.cli import parse_config
+    from exporter.logs import configure_logging
+    from exporter.node_backend import NodeBackend
+
+    config = parse_config(argv)
+    configure_logging(config.log_level, config.log_format)
+    ignore_stray_signals()
+    backend = NodeBackend(nvml=nvml, config=config, node_name=socket.gethostname())
+    try:
+        return run(contextlib.nullcontext(backend), config.web.listen_address)
+    except KeyboardInterrupt:
+        return 0
 
 
 def serve_kubelet(fleet: FleetSpec, socket_path: str) -> None:
@@ -55,21 +81,20 @@ def serve_kubelet(fleet: FleetSpec, socket_path: str) -> None:
 
 
 def serve_ours(fleet: FleetSpec, argv: list[str]) -> int:
-    simulated_nvml(fleet)
-    from exporter.cli import main
-
-    return main(argv)
+    return run_exporter(simulated_nvml(fleet), argv)
 
 
 def serve_baseline(fleet: FleetSpec, port: str, socket_path: str, interval: str) -> None:
-    simulated_nvml(fleet)
+    nvml = simulated_nvml(fleet)
     from benchmarks.baseline_exporter import serve
 
-    serve(fleet.node_name, socket_path or None, int(port), float(interval))
+    serve(nvml.api, fleet.node_name, socket_path or None, int(port), float(interval))
 
 
 def serve_nvitop(fleet: FleetSpec, port: str, interval: str) -> int:
-    simulated_nvml(fleet)
+    from benchmarks.foreign_nvml import point_pynvml_at
+
+    point_pynvml_at(simulated_nvml(fleet).api)
     from nvitop_exporter.cli import main
 
     sys.argv = ["nvitop-exporter", "--bind-address=127.0.0.1", f"--port={port}"]

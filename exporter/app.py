@@ -19,9 +19,11 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from exporter.attribution.context import AttributionContext
+from exporter.attribution.join import join
+from exporter.attribution.model import AttributedNode
 from exporter.config import Config
 from exporter.connection_guard import connection_cap, raise_open_file_limit
-from exporter.exposition.context import AttributionContext
 from exporter.exposition.renderer import Renderer
 from exporter.exposition.scrape_schedule import ScrapeSchedule
 from exporter.exposition.store import ExpositionStore
@@ -31,6 +33,7 @@ from exporter.poller import Poller
 from exporter.readiness import Problem, first_sync, node_readiness
 from exporter.scrape_cadence import helper_cadence
 from exporter.server import bind_listeners, build_app, serve
+from exporter.snapshot import NodeSnapshot
 from exporter.webconfig.reload import WebConfigReloader
 
 if TYPE_CHECKING:
@@ -124,16 +127,17 @@ def exposition_store(
 ) -> ExpositionStore:
     """A store that joins each published snapshot with the sources' latest data."""
 
-    def context() -> AttributionContext:
-        return AttributionContext(
+    def attributed(snapshot: NodeSnapshot) -> AttributedNode:
+        context = AttributionContext(
             pods=pods.latest if pods else None,
             pods_status=pods.status if pods else None,
             kube=kube.view() if kube else None,
         )
+        return join(snapshot, context, config.labels)
 
     return ExpositionStore(
         Renderer(config.labels),
-        context,
+        attributed,
         interval_seconds=config.collection.interval_seconds,
         schedule=schedule,
     )
@@ -217,7 +221,9 @@ def serve_node(
     client_factory = _ClientFactory(config)
     pods, kube = attribution_sources(config, schedule, client_factory)
     store = exposition_store(config, pods, kube, schedule)
-    poller = Poller(config.collection, store.publish, next_scrape_in=schedule.next_scrape_in)
+    poller = Poller(
+        config.collection, store.publish, backend.nvml, next_scrape_in=schedule.next_scrape_in
+    )
     helpers = [h for h in (pods, kube) if h is not None]
     for helper in helpers:
         helper.start()

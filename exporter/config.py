@@ -45,12 +45,6 @@ class CollectionConfig:
     # other slow fields and holds its value in between.
     energy_read_interval_seconds: float = 60.0
     xid_enabled: bool = True
-    # How soon the XID watcher retries registering for events after a driver reload. Not a flag:
-    # only tests, which reload the driver many times, have a reason to change it.
-    xid_reregister_delay_seconds: float = 1.0
-    # How long one NVML event wait blocks. Stopping the watcher waits out the current wait, so
-    # tests that start and stop many pollers shorten it; 1 s costs nothing in production.
-    xid_event_wait_ms: int = 1000
     mig_refresh_seconds: float = 60.0
     # NVML GPM profiling metrics (DCGM_FI_PROF_*) on GPUs that support it (Hopper and newer).
     gpm_enabled: bool = True

@@ -12,18 +12,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from aiohttp import web
 
     from exporter.config import Config
+    from exporter.nvml.source import NvmlSource
 
 
 @dataclass(frozen=True, slots=True)
 class NodeBackend:
     # What the poller calls NVML through (exporter/nvml/source.py).
-    nvml: Any
+    nvml: NvmlSource
     # The user's config with this node's parts filled in: the kubelet's pod-resources socket, the
     # host's /proc and /var/log, a kubeconfig where the node brings its own API server.
     config: Config

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
@@ -29,10 +29,11 @@ from exporter.nvml.device_reads import DaemonWorkers, TurnTakingReads
 from exporter.nvml.energy_estimate import EnergyEstimates
 from exporter.nvml.error_tally import ErrorTally
 from exporter.nvml.guarded_calls import GuardedNvml
-from exporter.nvml.helper import LiveGpu, PollerHelper
-from exporter.nvml.helper_registry import build_helpers
+from exporter.nvml.helper import HelperRunner, LiveGpu, ThreadedHelpers
+from exporter.nvml.helper_registry import HelperFactory, HelperInputs, build_helpers
 from exporter.nvml.mig_reader import MigReader
 from exporter.nvml.process_sampler import ProcessSampler
+from exporter.nvml.source import NvmlSource
 from exporter.processes.owner import PidOwners
 from exporter.scrape_cadence import NextScrapeIn, ScrapeCadence, nobody_scrapes
 from exporter.snapshot import CollectorStatus, GpuIdentity, GpuSnapshot, NodeSnapshot
@@ -87,21 +88,20 @@ class Poller(BackgroundThread):
         self,
         config: CollectionConfig,
         publish: Callable[[NodeSnapshot], None],
+        nvml: NvmlSource,
         *,
         workers: int = 16,
-        helper_threads: bool = True,
-        extra_helpers: Sequence[PollerHelper] = (),
+        helpers: HelperFactory = build_helpers,
+        runner: HelperRunner | None = None,
         pid_owners: PidOwners | None = None,
         next_scrape_in: NextScrapeIn | None = None,
     ) -> None:
         super().__init__()
-        # False: helpers that can run as rounds get no threads of their own; whoever steps
-        # simulated time (the benchmark's cluster history) runs them with `run_helpers_once()`.
-        self._helper_threads = helper_threads
         self._config = config
         self._publish = publish
+        self._api = nvml.api
         self._tally = ErrorTally()
-        self._nvml = GuardedNvml(self._tally)
+        self._nvml = GuardedNvml(self._tally, nvml.api)
         # `next_scrape_in`: when the exposition expects the next scrape (scrape_schedule.py).
         # The slow fields are read just before one (with nobody scraping, every interval of
         # theirs), within the sweep itself, so the sweep just before a scrape is early enough.
@@ -121,22 +121,25 @@ class Poller(BackgroundThread):
             else None
         )
         self._reader = DeviceReader(self._nvml, threading.Lock(), slow_fields, energy)
-        self._mig = MigReader(self._nvml, config.mig_refresh_seconds)
+        self._mig = MigReader(self._nvml, config.mig_refresh_seconds, nvml.expected_refusal)
         self._clock_events = ClockEventCounts()
-        # `extra_helpers` come after the registered ones, for tests and embedders. Process
-        # accounting runs only with `pid_owners`, who map its PIDs to containers.
-        self._helpers = (
-            *build_helpers(
-                config,
-                self._nvml,
-                self._tally,
-                self._mig_changed,
-                mig=self._mig,
-                pid_owners=pid_owners,
-                next_scrape_in=next_scrape_in,
-            ),
-            *extra_helpers,
+        self._helpers = tuple(
+            helpers(
+                HelperInputs(
+                    config,
+                    nvml,
+                    self._nvml,
+                    self._tally,
+                    self._mig_changed,
+                    mig=self._mig,
+                    pid_owners=pid_owners,
+                    next_scrape_in=next_scrape_in,
+                )
+            )
         )
+        # Threads in production; whoever steps simulated time runs the rounds itself.
+        self._runner = runner or ThreadedHelpers()
+        self._runner.attach(self._helpers)
         # The one helper with node-level data besides its status: PollerHelper carries only
         # per-GPU data (merge), so the sweep asks process accounting for its count itself.
         self._processes = next((h for h in self._helpers if isinstance(h, ProcessSampler)), None)
@@ -173,7 +176,7 @@ class Poller(BackgroundThread):
         self._workers.shutdown()
         if self._initialized and not self._in_flight:
             try:
-                pynvml.nvmlShutdown()
+                self._api.nvmlShutdown()
             except NVMLError as exc:
                 log.debug("nvmlShutdown: %s", exc)
 
@@ -229,7 +232,7 @@ class Poller(BackgroundThread):
         nvml_ok = self._initialized
         if self._initialized:
             try:
-                count = pynvml.nvmlDeviceGetCount()
+                count = self._api.nvmlDeviceGetCount()
             except NVMLError as exc:
                 self._tally.record("nvmlDeviceGetCount", error_name(exc))
                 if isinstance(exc, _NVML_GONE):
@@ -385,11 +388,6 @@ class Poller(BackgroundThread):
         self._identities[index] = (identity, now)
         return identity
 
-    def run_helpers_once(self) -> None:
-        """One round of every helper now, on this thread; the next sweep reports them."""
-        for helper in self._helpers:
-            helper.run_once()
-
     def retry_init_now(self) -> None:
         """Skip the remaining init backoff: the next sweep tries nvmlInit again."""
         self._next_init_at = 0.0
@@ -410,8 +408,8 @@ class Poller(BackgroundThread):
 
     def _initialize(self) -> None:
         try:
-            pynvml.nvmlInit()
-            self._driver_version = str(pynvml.nvmlSystemGetDriverVersion())
+            self._api.nvmlInit()
+            self._driver_version = str(self._api.nvmlSystemGetDriverVersion())
         except NVMLError as exc:
             self._tally.record("nvmlInit", error_name(exc))
             advice = next((a for kind, a in _INIT_ADVICE if isinstance(exc, kind)), None)
@@ -427,9 +425,7 @@ class Poller(BackgroundThread):
         self._last_init_error = None
         self._init_failure = None
         log.info("NVML initialised, driver %s", self._driver_version)
-        for helper in self._helpers:
-            if self._helper_threads or helper.needs_thread:
-                helper.start()
+        self._runner.start()
 
     def _lose_nvml(self, exc: NVMLError) -> None:
         log.error("NVML became unavailable (%s); re-initialising", exc)
@@ -441,4 +437,4 @@ class Poller(BackgroundThread):
         for helper in self._helpers:
             helper.invalidate()
         with contextlib.suppress(NVMLError):
-            pynvml.nvmlShutdown()
+            self._api.nvmlShutdown()

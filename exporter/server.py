@@ -22,8 +22,8 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from exporter import __version__
 from exporter.config import WebConfig
-from exporter.errors import ConfigurationError
 from exporter.connection_guard import KEEPALIVE_SECONDS, ConnectionGuard
+from exporter.errors import ConfigurationError
 from exporter.exposition.store import ExpositionStore
 from exporter.exposition.text_format import CONTENT_TYPE
 from exporter.readiness import Problem, ReadinessLog, node_readiness

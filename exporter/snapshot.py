@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.processes.owner import ProcessOwner
-
 
 @dataclass(frozen=True, slots=True)
 class GpuIdentity:
@@ -122,6 +120,26 @@ class MigInstance:
     placement_start: int | None = None
     placement_size: int | None = None
     gpu_instance_profile_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessOwner:
+    """Who a GPU process belongs to, as far as the host's /proc and /var/log tell
+    (exporter/processes/)."""
+
+    pod_uid: str
+    container_id: str
+    # Names from /var/log/pods and /var/log/containers; empty where the logs do not tell (the
+    # exposition then looks the UID up in the Kubernetes view, with --kubernetes).
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
+    # Set only when the log names of the container disagree (two symlinks for one container
+    # ID): every (namespace, pod, container) they give. `container` is then empty, and
+    # `namespace` and `pod` are the pod UID's one /var/log/pods directory where it names one of
+    # the candidates' pods, else empty too. The join picks among them by what the API server
+    # and the kubelet report (processes/pod_usage.py), never by listing order.
+    name_candidates: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

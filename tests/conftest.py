@@ -1,4 +1,4 @@
-"""Shared fixtures: a simulated NVML patched into pynvml, and pollers/renderers bound to it."""
+"""Shared fixtures: a simulated NVML, and pollers/renderers handed it."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pynvml
 import pytest
 
+from exporter.attribution.context import NO_CONTEXT, AttributionContext
+from exporter.attribution.join import join
 from exporter.config import CollectionConfig, LabelConfig
-from exporter.exposition.context import NO_CONTEXT, AttributionContext
 from exporter.exposition.renderer import Renderer
-from exporter.exposition.store import ExpositionStore, build_exposition
+from exporter.exposition.store import Attributed, ExpositionStore, build_exposition
+from exporter.nvml.source import NvmlSource
 from exporter.poller import Poller
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.fleet import FleetSpec, default_fleet, parse_fleet
@@ -27,9 +28,6 @@ FAST = CollectionConfig(
     device_timeout_seconds=1.0,
     pcie_enabled=False,
     xid_enabled=True,
-    # Tests reload the driver dozens of times; a 1 s wait per reload would dominate them.
-    xid_reregister_delay_seconds=0.05,
-    xid_event_wait_ms=100,
     mig_refresh_seconds=60.0,
     # Every sweep: tests that inject an ECC error or step the energy counter read it back at once;
     # the cadence itself has its own tests (test_scrape_cadence.py).
@@ -37,6 +35,12 @@ FAST = CollectionConfig(
     energy_read_interval_seconds=0.0,
 )
 LABELS = LabelConfig(node_name="node-a")
+
+
+def fast_source(sim: FakeNvml) -> NvmlSource:
+    """`sim` as the tests hand it to a poller: tests reload the driver dozens of times, and a 1 s
+    wait per reload, or per stop of an XID watcher, would dominate them."""
+    return sim.source(xid_reregister_delay_seconds=0.05, xid_event_wait_ms=100)
 
 
 def fleet_from_yaml(text: str) -> FleetSpec:
@@ -55,26 +59,26 @@ def make_sim() -> Iterator[Callable[[FleetSpec | None], FakeNvml]]:
     sims: list[FakeNvml] = []
 
     def make(fleet: FleetSpec | None = None) -> FakeNvml:
-        sim = FakeNvml(quiet(fleet or default_fleet())).install()
+        sim = FakeNvml(quiet(fleet or default_fleet()))
         sims.append(sim)
         return sim
 
     yield make
     for sim in sims:
-        sim.uninstall()
+        sim.close()
 
 
 @pytest.fixture
 def frozen_sim() -> Iterator[FakeNvml]:
     """The default simulated node with its clock stopped, initialised: the exporter's sweep and a
     test's own reads see the same instant, so any difference is a reading, not time passing."""
-    sim = FakeNvml(quiet(default_fleet()), clock=lambda: 0.0).install()
-    pynvml.nvmlInit()
+    sim = FakeNvml(quiet(default_fleet()), clock=lambda: 0.0)
+    sim.api.nvmlInit()
     try:
         yield sim
     finally:
-        pynvml.nvmlShutdown()
-        sim.uninstall()
+        sim.api.nvmlShutdown()
+        sim.close()
 
 
 @pytest.fixture
@@ -87,9 +91,11 @@ def make_poller() -> Iterator[Callable[..., Poller]]:
     pollers: list[Poller] = []
 
     def make(
-        config: CollectionConfig = FAST, publish: Callable[[NodeSnapshot], None] | None = None
+        sim: FakeNvml,
+        config: CollectionConfig = FAST,
+        publish: Callable[[NodeSnapshot], None] | None = None,
     ) -> Poller:
-        poller = Poller(config, publish or (lambda s: None), workers=8)
+        poller = Poller(config, publish or (lambda s: None), fast_source(sim), workers=8)
         pollers.append(poller)
         return poller
 
@@ -98,15 +104,30 @@ def make_poller() -> Iterator[Callable[..., Poller]]:
         poller.stop(timeout=2.0)
 
 
+def joined_with(
+    context: AttributionContext = NO_CONTEXT, labels: LabelConfig = LABELS
+) -> Attributed:
+    """The join exporter/app.py hands the store, over a context fixed by the test."""
+    return lambda snapshot: join(snapshot, context, labels)
+
+
 def render(
     snapshot: NodeSnapshot, labels: LabelConfig = LABELS, context: AttributionContext = NO_CONTEXT
 ) -> str:
-    exposition = build_exposition(snapshot, Renderer(labels), context)
+    """The whole response for `snapshot` joined with `context`, as a scrape gets it."""
+    exposition = build_exposition(snapshot, Renderer(labels), joined_with(context, labels))
     return exposition.plain(exposition.tail(15.0)).decode()
 
 
+def render_body(
+    snapshot: NodeSnapshot, labels: LabelConfig = LABELS, context: AttributionContext = NO_CONTEXT
+) -> str:
+    """The body alone: `snapshot` joined with `context`, then rendered."""
+    return Renderer(labels).render_body(join(snapshot, context, labels))
+
+
 def store_for(labels: LabelConfig = LABELS) -> ExpositionStore:
-    return ExpositionStore(Renderer(labels))
+    return ExpositionStore(Renderer(labels), joined_with(labels=labels))
 
 
 def promtool() -> str:

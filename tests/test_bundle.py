@@ -33,9 +33,9 @@ from bundle.flavour_translate import Translator
 from bundle.flavours import FLAVOURS, flavour_paths
 from bundle.scrape_configs import OPERATOR_TARGET_LABELS
 from dashboards.panels import TableQuery, table
+from exporter.attribution.context import AttributionContext
 from exporter.config import HostLabel
 from exporter.dcgm_compat import RENAMES_4_9, profile
-from exporter.exposition.context import AttributionContext
 from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
 from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.host_tree import HostTree
@@ -771,6 +771,7 @@ def simulated_metric_names(sim, make_poller, tmp_path) -> dict[str, set[str]]:
         sim.processes = ProcessTable(sim, kubelet)
         host = HostTree(sim.processes, tmp_path / "host").refresh()
         poller = make_poller(
+            sim,
             replace(
                 FAST,
                 pcie_enabled=True,
@@ -778,7 +779,7 @@ def simulated_metric_names(sim, make_poller, tmp_path) -> dict[str, set[str]]:
                 processes_enabled=True,
                 proc_root=str(host.proc_root),
                 log_root=str(host.log_root),
-            )
+            ),
         )
         start_xid_watch(sim, poller)
         sim.inject_xid(0, 79)

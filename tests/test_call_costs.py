@@ -8,10 +8,12 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pynvml
 import pytest
 
+from benchmarks.precomputed_answers import precomputed_api
 from exporter import small_yaml
 from exporter.nvml.device_reader import SLOW_FIELDS
 from exporter.simulator import call_costs
@@ -109,13 +111,13 @@ def test_a_slower_measured_host_makes_each_of_its_microseconds_less_work_here() 
     assert 0.35 < half.iterations_per_us() / same.iterations_per_us() < 0.65
 
 
-def _batch_cpu_us(sim: FakeNvml, fields: list[int], calls: int = 8) -> float:
-    pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    pynvml.nvmlDeviceGetFieldValues(handle, fields)  # learnt (precomputed) or warmed up
+def _batch_cpu_us(api: Any, fields: list[int], calls: int = 8) -> float:
+    api.nvmlInit()
+    handle = api.nvmlDeviceGetHandleByIndex(0)
+    api.nvmlDeviceGetFieldValues(handle, fields)  # learnt (precomputed) or warmed up
     started = time.thread_time()
     for _ in range(calls):
-        pynvml.nvmlDeviceGetFieldValues(handle, fields)
+        api.nvmlDeviceGetFieldValues(handle, fields)
     return (time.thread_time() - started) * 1e6 / calls
 
 
@@ -123,12 +125,10 @@ def _batch_cpu_us(sim: FakeNvml, fields: list[int], calls: int = 8) -> float:
 def test_the_fake_charges_the_energy_field_on_live_and_replayed_answers(precomputed: bool) -> None:
     fleet = replace(default_fleet(), pcie_window_ms=0.0)
     assert fleet.call_costs == "measured"
-    sim = FakeNvml(fleet, precomputed=precomputed).install()
-    try:
-        with_energy = _batch_cpu_us(sim, [ENERGY])
-        without = _batch_cpu_us(sim, [pynvml.NVML_FI_DEV_MEMORY_TEMP])
-    finally:
-        sim.uninstall()
+    with FakeNvml(fleet) as sim:
+        api = precomputed_api(sim) if precomputed else sim.api
+        with_energy = _batch_cpu_us(api, [ENERGY])
+        without = _batch_cpu_us(api, [pynvml.NVML_FI_DEV_MEMORY_TEMP])
     # What charging the field's cost alone takes here, timed just after.
     direct = min(_thread_cpu_us(lambda: call_costs.BURNER.spend(5800.0)) for _ in range(3))
     assert with_energy - without >= 0.5 * direct
@@ -137,11 +137,8 @@ def test_the_fake_charges_the_energy_field_on_live_and_replayed_answers(precompu
 def test_flat_costs_charge_nothing_but_the_flat_sleep() -> None:
     fleet = fleet_from_yaml("latency: {call_us: 0}\ngpus:\n  - {model: H100-80GB-HBM3}\n")
     assert fleet.call_costs == "flat"
-    sim = FakeNvml(fleet).install()
-    try:
-        assert _batch_cpu_us(sim, [ENERGY]) < 1000
-    finally:
-        sim.uninstall()
+    with FakeNvml(fleet) as sim:
+        assert _batch_cpu_us(sim.api, [ENERGY]) < 1000
 
 
 def test_a_fleet_cannot_ask_for_measured_costs_and_a_flat_latency() -> None:

@@ -52,7 +52,7 @@ def test_retain_drops_only_the_gpus_no_longer_listed():
 
 
 def test_a_reason_active_in_every_sweep_grows_by_one_per_sweep(sim, make_poller):
-    poller = make_poller(NO_HELPERS)
+    poller = make_poller(sim, NO_HELPERS)
     first = poller.sweep()
     assert all([n for n, _ in g.clock_event_counts] == NAMES for g in first.gpus)
     assert counts(first.gpus[IDLE_GPU])["gpu_idle"] == 1
@@ -64,7 +64,7 @@ def test_a_reason_active_in_every_sweep_grows_by_one_per_sweep(sim, make_poller)
 
 
 def test_a_reason_that_starts_counts_from_then_on(sim, make_poller):
-    poller = make_poller(NO_HELPERS)
+    poller = make_poller(sim, NO_HELPERS)
     poller.sweep()
     sim.set_temperature_offset(1, 60.0)  # far past the slowdown and shutdown temperatures
     hot = [poller.sweep() for _ in range(3)]
@@ -75,7 +75,7 @@ def test_a_reason_that_starts_counts_from_then_on(sim, make_poller):
 
 
 def test_counts_survive_failed_reads_a_lost_gpu_and_a_driver_reload(sim, make_poller):
-    poller = make_poller(NO_HELPERS)
+    poller = make_poller(sim, NO_HELPERS)
     for _ in range(3):
         before = poller.sweep()
     idle = counts(before.gpus[IDLE_GPU])["gpu_idle"]
@@ -110,20 +110,20 @@ def test_a_gpu_that_goes_away_loses_its_counts(make_sim, make_poller, monkeypatc
               - {model: H100-80GB-HBM3, workload: idle}
         """)
     )
-    poller = make_poller(NO_HELPERS)
+    poller = make_poller(sim, NO_HELPERS)
     poller.sweep()
     assert counts(poller.sweep().gpus[1])["gpu_idle"] == 2
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: 1)  # the second GPU is unplugged
+    monkeypatch.setattr(sim.api, "nvmlDeviceGetCount", lambda: 1)  # the second GPU is unplugged
     shrunk = poller.sweep()
     assert len(shrunk.gpus) == 1 and counts(shrunk.gpus[0])["gpu_idle"] == 3
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: len(sim.gpus))
+    monkeypatch.setattr(sim.api, "nvmlDeviceGetCount", lambda: len(sim.gpus))
     back = poller.sweep()
     assert counts(back.gpus[1])["gpu_idle"] == 1  # a new start, as after a restart
     assert counts(back.gpus[0])["gpu_idle"] == 4
 
 
 def test_a_stale_gpu_repeats_its_counts_without_adding(sim, make_poller):
-    poller = make_poller(replace(NO_HELPERS, device_timeout_seconds=0.2))
+    poller = make_poller(sim, replace(NO_HELPERS, device_timeout_seconds=0.2))
     poller.sweep()
     poller.sweep()
     sim.faults.hang("nvmlDeviceGetTemperature", gpu=IDLE_GPU)

@@ -19,7 +19,7 @@ MIB = 2**20
 
 
 def test_default_node_sweep(sim, make_poller):
-    snap = make_poller().sweep()
+    snap = make_poller(sim).sweep()
     assert snap.nvml_up and snap.driver_version == "550.54.15"
     assert [g.identity.index for g in snap.gpus] == list(range(8))
     assert all(g.up and not g.stale for g in snap.gpus)
@@ -54,7 +54,7 @@ def test_default_node_sweep(sim, make_poller):
 
 
 def test_mig_instances_are_enumerated_with_profiles_and_memory(sim, make_poller):
-    snap = make_poller().sweep()
+    snap = make_poller(sim).sweep()
     gpu6 = snap.gpus[6]
     assert gpu6.identity.mig_enabled is True
     assert [(m.profile, m.gpu_instance_id) for m in gpu6.mig_instances] == [
@@ -80,7 +80,7 @@ def test_unsupported_calls_are_remembered_not_retried(make_sim, make_poller):
           - {model: T4, count: 2}
     """)
     )
-    poller = make_poller()
+    poller = make_poller(sim)
     poller.sweep()
     first = dict(sim.calls)
     for _ in range(3):
@@ -98,40 +98,40 @@ def test_unsupported_calls_are_remembered_not_retried(make_sim, make_poller):
 
 
 def test_unsupported_batched_fields_are_dropped_from_later_batches(make_sim, make_poller):
-    make_sim(
+    sim = make_sim(
         fleet_from_yaml("""
         gpus: [{model: T4}]
     """)
     )
-    poller = make_poller()
+    poller = make_poller(sim)
     poller.sweep()
-    requested = _spy_field_requests(poller)
+    requested = _spy_field_requests(sim, poller)
     assert len(requested) == 1
     assert pynvml.NVML_FI_DEV_MEMORY_TEMP not in requested[0]
     assert pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION in requested[0]
 
 
-def _spy_field_requests(poller) -> list[list]:
+def _spy_field_requests(sim, poller) -> list[list]:
     """The id lists of every nvmlDeviceGetFieldValues call made during one sweep."""
     requested: list[list] = []
-    original = pynvml.nvmlDeviceGetFieldValues
+    original = sim.api.nvmlDeviceGetFieldValues
 
     def spy(handle, ids):
         requested.append(list(ids))
         return original(handle, ids)
 
-    pynvml.nvmlDeviceGetFieldValues = spy
+    sim.api.nvmlDeviceGetFieldValues = spy
     try:
         poller.sweep()
     finally:
-        pynvml.nvmlDeviceGetFieldValues = original
+        sim.api.nvmlDeviceGetFieldValues = original
     return requested
 
 
 def test_board_power_comes_from_the_field_batch(sim, make_poller):
-    poller = make_poller()
+    poller = make_poller(sim)
     poller.sweep()
-    requests = _spy_field_requests(poller)
+    requests = _spy_field_requests(sim, poller)
     assert len(requests) == 8 and all(POWER_AVERAGE in r and POWER_INSTANT in r for r in requests)
     snap = poller.sweep()
     assert sim.calls["nvmlDeviceGetPowerUsage"] == 0
@@ -140,18 +140,18 @@ def test_board_power_comes_from_the_field_batch(sim, make_poller):
 
 
 def test_ga100_power_is_the_instant_field_as_its_getter_reports(make_sim, make_poller):
-    make_sim(fleet_from_yaml("gpus: [{model: A100-SXM4-80GB}]"))
-    poller = make_poller()
+    sim = make_sim(fleet_from_yaml("gpus: [{model: A100-SXM4-80GB}]"))
+    poller = make_poller(sim)
     poller.sweep()
-    [request] = _spy_field_requests(poller)
+    [request] = _spy_field_requests(sim, poller)
     assert POWER_INSTANT in request and POWER_AVERAGE not in request
     power = poller.sweep().gpus[0].readings.power_mw
-    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    assert abs(power - pynvml.nvmlDeviceGetPowerUsage(handle)) < 0.05 * power
+    handle = sim.api.nvmlDeviceGetHandleByIndex(0)
+    assert abs(power - sim.api.nvmlDeviceGetPowerUsage(handle)) < 0.05 * power
 
 
 def test_power_falls_back_to_the_getter_when_the_batch_fails(sim, make_poller):
-    poller = make_poller()
+    poller = make_poller(sim)
     sim.faults.fail("nvmlDeviceGetFieldValues", pynvml.NVML_ERROR_UNKNOWN)
     snap = poller.sweep()
     assert all(g.readings.power_mw > 0 for g in snap.gpus)
@@ -165,7 +165,7 @@ def test_function_not_found_falls_back_to_older_calls(make_sim, make_poller):
         gpus: [{model: T4}]
     """)
     )
-    poller = make_poller()
+    poller = make_poller(sim)
     for _ in range(3):
         snap = poller.sweep()
     r = snap.gpus[0].readings
@@ -182,7 +182,7 @@ def test_function_not_found_falls_back_to_older_calls(make_sim, make_poller):
 
 
 def test_lost_gpu_is_marked_down_and_others_keep_exporting(sim, make_poller):
-    poller = make_poller()
+    poller = make_poller(sim)
     poller.sweep()
     sim.lose_gpu(3)
     snap = poller.sweep()
@@ -196,7 +196,7 @@ def test_lost_gpu_is_marked_down_and_others_keep_exporting(sim, make_poller):
 
 
 def test_hanging_device_call_marks_only_that_device_stale(sim, make_poller):
-    poller = make_poller(replace(FAST, device_timeout_seconds=0.3))
+    poller = make_poller(sim, replace(FAST, device_timeout_seconds=0.3))
     first = poller.sweep()
     sim.faults.hang("nvmlDeviceGetTemperature", gpu=2)
     started = time.monotonic()
@@ -215,7 +215,7 @@ def test_hanging_device_call_marks_only_that_device_stale(sim, make_poller):
 
 
 def test_xid_events_reach_the_snapshot(sim, make_poller):
-    poller = make_poller()
+    poller = make_poller(sim)
     start_xid_watch(sim, poller)
     sim.inject_xid(1, 79)
     sim.inject_xid(1, 48)
@@ -256,7 +256,7 @@ def test_xid_storm_through_the_event_api_is_counted_not_logged_line_by_line(
 ):
     from exporter.nvml.xid_log import BURST
 
-    poller = make_poller()
+    poller = make_poller(sim)
     start_xid_watch(sim, poller)
     caplog.set_level(logging.WARNING, logger="exporter.nvml.xid_watcher")
     started = time.monotonic()
@@ -314,7 +314,7 @@ def test_pcie_throughput_is_sampled_off_the_sweep(make_sim, make_poller):
 
     sim = make_sim(default_fleet())
     sim.pcie_window_s = 0.02  # the real 20 ms blocking window
-    poller = make_poller(replace(FAST, pcie_enabled=True, pcie_interval_seconds=1.0))
+    poller = make_poller(sim, replace(FAST, pcie_enabled=True, pcie_interval_seconds=1.0))
     poller.start()
     assert wait_for(lambda: poller.sweep().gpus[0].readings.pcie_tx_kbps is not None)
     started = time.monotonic()
@@ -327,7 +327,7 @@ def test_pcie_throughput_is_sampled_off_the_sweep(make_sim, make_poller):
 
 def test_driver_not_loaded_at_start_then_recovers(sim, make_poller):
     sim.unload_driver()
-    poller = make_poller()
+    poller = make_poller(sim)
     snap = poller.sweep()
     assert not snap.nvml_up and snap.gpus == ()
     assert dict(snap.nvml_errors)[("nvmlInit", "DRIVER_NOT_LOADED")] == 1
@@ -342,7 +342,7 @@ def test_driver_missing_at_start_is_retried_with_backoff_while_metrics_serve(
 ):
     sim.unload_driver()
     published: list[NodeSnapshot] = []
-    poller = make_poller(publish=published.append)  # FAST: a sweep every 0.2 s
+    poller = make_poller(sim, publish=published.append)  # FAST: a sweep every 0.2 s
     caplog.set_level(logging.INFO, logger="exporter.poller")
     poller.start()
 
@@ -376,7 +376,7 @@ def test_driver_missing_at_start_is_retried_with_backoff_while_metrics_serve(
 
 
 def test_driver_reload_reinitialises_nvml(sim, make_poller):
-    poller = make_poller()
+    poller = make_poller(sim)
     assert poller.sweep().nvml_up
     sim.unload_driver()
     assert not poller.sweep().nvml_up
@@ -388,7 +388,7 @@ def test_driver_reload_reinitialises_nvml(sim, make_poller):
 def test_driver_reloads_leak_no_threads_or_event_sets(sim, make_poller):
     import threading
 
-    poller = make_poller(replace(FAST, pcie_enabled=True, pcie_interval_seconds=0.2))
+    poller = make_poller(sim, replace(FAST, pcie_enabled=True, pcie_interval_seconds=0.2))
     start_xid_watch(sim, poller)
 
     def reload() -> None:
@@ -415,7 +415,7 @@ def test_driver_reloads_leak_no_threads_or_event_sets(sim, make_poller):
 
 
 def test_nvlink_counters_sum_all_links(sim, make_poller):
-    poller = make_poller()
+    poller = make_poller(sim)
     snap = poller.sweep()
     gpu = sim.gpus[0]
     assert snap.gpus[0].readings.nvlink_tx_kib > 0
@@ -445,7 +445,7 @@ def test_collection_interval_is_respected(sim, make_poller):
     interval = 0.25
     snaps: list[NodeSnapshot] = []
     poller = make_poller(
-        CollectionConfig(interval_seconds=interval, pcie_enabled=False), snaps.append
+        sim, CollectionConfig(interval_seconds=interval, pcie_enabled=False), snaps.append
     )
     poller.start()
     assert wait_for(lambda: len(snaps) >= 6, timeout=20), len(snaps)
@@ -472,18 +472,22 @@ def test_helpers_step_with_simulated_time_instead_of_threads():
     from exporter.poller import Poller
     from exporter.simulator.fake_nvml import FakeNvml
     from exporter.simulator.fleet import default_fleet
+    from exporter.simulator.stepped_time import SteppedHelpers
     from tests.conftest import quiet
 
     clock = [0.0]
-    with FakeNvml(quiet(default_fleet()), clock=lambda: clock[0]):
-        poller = Poller(CollectionConfig(xid_enabled=False), lambda s: None, helper_threads=False)
+    stepped = SteppedHelpers()
+    with FakeNvml(quiet(default_fleet()), clock=lambda: clock[0]) as sim:
+        poller = Poller(
+            CollectionConfig(xid_enabled=False), lambda s: None, sim.source(), runner=stepped
+        )
         try:
             for step in range(3):
                 clock[0] = step * 15.0
                 snap = poller.sweep()
                 if step == 0:
                     assert snap.gpus[0].profiling is None
-                poller.run_helpers_once()
+                stepped.run_once()
             names = {t.name for t in threading.enumerate()}
             assert not names & {"gpm-sampler", "pcie-sampler"}
             whole = snap.gpus[0]

@@ -14,7 +14,7 @@ import pytest
 from exporter.nvml.device_reads import DaemonWorkers, TurnTakingReads
 from exporter.poller import Poller
 from exporter.simulator.fake_nvml import FakeNvml
-from tests.conftest import FAST, wait_for
+from tests.conftest import FAST, fast_source, wait_for
 
 
 @pytest.fixture
@@ -106,7 +106,8 @@ def test_gpus_behind_a_hung_read_with_every_worker_busy_are_read_again_next_swee
     sim: FakeNvml,
 ):
     # One worker: the hung read holds it, so nobody can take the GPUs after it this sweep.
-    poller = Poller(replace(FAST, device_timeout_seconds=0.3), lambda s: None, workers=1)
+    config = replace(FAST, device_timeout_seconds=0.3)
+    poller = Poller(config, lambda s: None, fast_source(sim), workers=1)
     try:
         first = poller.sweep()
         assert all(g.up and not g.stale for g in first.gpus)

@@ -9,6 +9,7 @@ from types import MappingProxyType
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.attribution.context import AttributionContext
 from exporter.config import LabelConfig
 from exporter.dra.names import DraDeviceName, parse_dra_device_name, profile_slug
 from exporter.dra.resolve import (
@@ -23,13 +24,12 @@ from exporter.dra.resolve import (
     resolve_dra_device,
 )
 from exporter.dra.slices import SliceDevice
-from exporter.exposition.context import AttributionContext
-from exporter.exposition.renderer import Renderer
 from exporter.kubernetes.pod_metadata import EMPTY_VIEW
 from exporter.podresources.allocations import DraAllocation, PodResourcesSnapshot
 from exporter.podresources.attribution import attribute
 from exporter.podresources.client import PodResourcesStatus
 from exporter.snapshot import GpuIdentity, GpuReadings, GpuSnapshot, MigInstance, NodeSnapshot
+from tests.conftest import render_body
 
 GPU = "gpu.nvidia.com"
 NODE = "node-a"
@@ -259,7 +259,7 @@ def _scrape(
 ) -> dict[str, list]:
     labels = labels or LabelConfig(node_name=NODE)
     context = AttributionContext(pods, PodResourcesStatus(True, 1.7e9, 0.01, (), None), kube)
-    text = Renderer(labels).render_body(NODE_SNAPSHOT, context)
+    text = render_body(NODE_SNAPSHOT, labels, context)
     return {f.name: f.samples for f in text_string_to_metric_families(text)}
 
 

@@ -12,10 +12,10 @@ from types import MappingProxyType
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.attribution.context import AttributionContext
 from exporter.config import LabelConfig
 from exporter.dra.names import NVIDIA_GPU_DRIVER
 from exporter.dra.slices import offered_devices, parse_resource_slice
-from exporter.exposition.context import AttributionContext
 from exporter.kubernetes.pod_metadata import EMPTY_VIEW
 from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
 from exporter.simulator.fake_kubelet import FakeKubelet
@@ -40,7 +40,7 @@ def served(make_sim, make_poller, tmp_path):
         watcher = PodResourcesWatcher(
             PodResourcesClient(str(kubelet.socket_path), timeout_seconds=5), 0.05
         )
-        return sim, kubelet, watcher, make_poller()
+        return sim, kubelet, watcher, make_poller(sim)
 
     yield start
     for kubelet in kubelets:

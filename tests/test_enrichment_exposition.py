@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.exposition.context import AttributionContext
+from exporter.attribution.context import AttributionContext
 from exporter.kubernetes.pod_metadata import EMPTY_VIEW, PodMetadata
 from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
 from exporter.simulator.fake_kubelet import FakeKubelet
@@ -46,7 +46,7 @@ def test_pod_label_values_are_escaped(sim, tmp_path, make_poller, value):
         }
     )
     context = AttributionContext(pods=watcher.latest, pods_status=watcher.status, kube=view)
-    text = render(make_poller().sweep(), LABELS, context)
+    text = render(make_poller(sim).sweep(), LABELS, context)
     families = {f.name: f for f in text_string_to_metric_families(text)}
     held = [
         s
@@ -76,7 +76,7 @@ def test_node_info_from_gpu_feature_discovery_labels(sim, make_poller):
             "labels_dropped": 4,  # the per-pod label cap triggered
         }
     )
-    text = render(make_poller().sweep(), LABELS, AttributionContext(kube=view))
+    text = render(make_poller(sim).sweep(), LABELS, AttributionContext(kube=view))
     families = {f.name: f for f in text_string_to_metric_families(text)}
     info = families["kube_gpu_exporter_node_info"].samples[0].labels
     assert info["label_nvidia_com_gpu_product"] == "NVIDIA-H100-80GB-HBM3"
@@ -118,7 +118,7 @@ def test_pod_container_and_namespace_names_from_the_kubelet_are_escaped(sim, mak
         ]
     )
     pods = from_responses(listing, None, frozenset(), 0.0)
-    text = render(make_poller().sweep(), LABELS, AttributionContext(pods=pods))
+    text = render(make_poller(sim).sweep(), LABELS, AttributionContext(pods=pods))
     families = {f.name: f for f in text_string_to_metric_families(text)}
     [temp] = [s for s in families["DCGM_FI_DEV_GPU_TEMP"].samples if s.labels["gpu"] == "0"]
     assert temp.labels["pod"] == f"pod {value}"

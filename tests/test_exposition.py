@@ -20,6 +20,7 @@ from exporter.snapshot import GpuReadings
 from tests.conftest import (
     FAST,
     LABELS,
+    joined_with,
     promtool_check_metrics,
     render,
     start_xid_watch,
@@ -114,7 +115,7 @@ def expected_readings(snapshot, labels: dict[str, str]) -> GpuReadings:
 
 
 def test_round_trip_every_value_equals_the_snapshot(sim, make_poller):
-    poller = make_poller(replace(FAST, pcie_enabled=True, pcie_interval_seconds=1.0))
+    poller = make_poller(sim, replace(FAST, pcie_enabled=True, pcie_interval_seconds=1.0))
     poller.sweep()
     sim.inject_ecc_error(0, double_bit=True)
     for _ in range(200):
@@ -135,7 +136,7 @@ def test_round_trip_every_value_equals_the_snapshot(sim, make_poller):
 
 
 def test_whole_gpus_and_mig_instances_carry_the_dcgm_label_set(sim, make_poller):
-    snapshot = make_poller().sweep()
+    snapshot = make_poller(sim).sweep()
     parsed = samples(render(snapshot))
     temps = parsed["DCGM_FI_DEV_GPU_TEMP"]
     whole = [s for s in temps if "GPU_I_ID" not in s.labels]
@@ -180,7 +181,7 @@ def test_whole_gpus_and_mig_instances_carry_the_dcgm_label_set(sim, make_poller)
 
 
 def test_host_label_modes_and_driver_label(sim, make_poller):
-    snapshot = make_poller().sweep()
+    snapshot = make_poller(sim).sweep()
     classic = samples(render(snapshot, LabelConfig(HostLabel.CLASSIC, "n1")))
     assert classic["DCGM_FI_DEV_GPU_TEMP"][0].labels["Hostname"] == "n1"
     lower = samples(render(snapshot, LabelConfig(HostLabel.LOWER, "n1")))
@@ -194,7 +195,7 @@ def test_host_label_modes_and_driver_label(sim, make_poller):
 
 
 def test_dcgm_counter_names_are_exact_without_total_suffix(sim, make_poller):
-    poller = make_poller()
+    poller = make_poller(sim)
     start_xid_watch(sim, poller)
     sim.inject_xid(0, 13)
     text = ""
@@ -211,7 +212,7 @@ def test_dcgm_counter_names_are_exact_without_total_suffix(sim, make_poller):
 
 
 def test_xid_gauge_and_counter(sim, make_poller):
-    poller = make_poller()
+    poller = make_poller(sim)
     start_xid_watch(sim, poller)
     for code in (79, 79, 31):
         sim.inject_xid(2, code)
@@ -231,7 +232,7 @@ def test_xid_gauge_and_counter(sim, make_poller):
 
 
 def test_escaping_of_hostile_label_values(sim, make_poller):
-    snapshot = make_poller().sweep()
+    snapshot = make_poller(sim).sweep()
     nasty = 'we"ird\\node\nname'
     parsed = samples(render(snapshot, LabelConfig(HostLabel.LOWER, nasty)))
     assert parsed["DCGM_FI_DEV_GPU_TEMP"][0].labels["hostname"] == nasty
@@ -239,7 +240,7 @@ def test_escaping_of_hostile_label_values(sim, make_poller):
 
 
 def test_no_duplicate_series_and_promtool_accepts_the_output(sim, make_poller):
-    poller = make_poller()
+    poller = make_poller(sim)
     start_xid_watch(sim, poller)
     sim.inject_xid(1, 79)
     for _ in range(100):
@@ -261,7 +262,7 @@ def test_no_duplicate_series_and_promtool_accepts_the_output(sim, make_poller):
 
 
 def test_gzip_body_decompresses_to_the_plain_body(sim, make_poller):
-    exposition = build_exposition(make_poller().sweep(), Renderer(LABELS))
+    exposition = build_exposition(make_poller(sim).sweep(), Renderer(LABELS), joined_with())
     tail = exposition.tail(15.0)
     plain = exposition.plain(tail)
     packed = exposition.gzipped(tail)
@@ -272,7 +273,7 @@ def test_gzip_body_decompresses_to_the_plain_body(sim, make_poller):
 
 
 def test_lost_gpu_drops_its_dcgm_series_and_reports_down(sim, make_poller):
-    poller = make_poller()
+    poller = make_poller(sim)
     poller.sweep()
     sim.lose_gpu(4)
     parsed = samples(render(poller.sweep()))
@@ -284,7 +285,7 @@ def test_lost_gpu_drops_its_dcgm_series_and_reports_down(sim, make_poller):
 
 
 def test_self_metrics(sim, make_poller):
-    parsed = samples(render(make_poller().sweep()))
+    parsed = samples(render(make_poller(sim).sweep()))
     assert parsed["kube_gpu_exporter_nvml_up"][0].value == 1
     assert parsed["kube_gpu_exporter_collection_duration_seconds"][0].value > 0
     assert parsed["kube_gpu_exporter_last_collection_success_timestamp_seconds"][0].value > 1.7e9

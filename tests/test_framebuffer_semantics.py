@@ -45,11 +45,12 @@ def _bytes(mib: float) -> int:
 
 
 @pytest.fixture
-def h200_answering(make_sim: Callable[..., FakeNvml]) -> Iterator[Callable[[Capture], None]]:
-    make_sim(
+def h200_answering(make_sim: Callable[..., FakeNvml]) -> Iterator[Callable[[Capture], FakeNvml]]:
+    """Sets the capture the simulated H200 answers with, and gives the simulator back."""
+    sim = make_sim(
         fleet_from_yaml('driver_version: "580.159.04"\ngpus:\n  - {model: H200-141GB-HBM3e}\n')
     )
-    simulated = pynvml.nvmlDeviceGetMemoryInfo
+    simulated = sim.api.nvmlDeviceGetMemoryInfo
     answer: list[Capture] = []
 
     def memory_info(handle: Any, version: int | None = None) -> Any:
@@ -64,8 +65,13 @@ def h200_answering(make_sim: Callable[..., FakeNvml]) -> Iterator[Callable[[Capt
         # v1: the reservation counted as used (the same board's v1 answer)
         return pynvml.c_nvmlMemory_t(total=total, free=free, used=used + reserved)
 
-    pynvml.nvmlDeviceGetMemoryInfo = memory_info
-    yield lambda capture: answer.insert(0, capture)
+    sim.api.nvmlDeviceGetMemoryInfo = memory_info
+
+    def answering(capture: Capture) -> FakeNvml:
+        answer.insert(0, capture)
+        return sim
+
+    yield answering
 
 
 def _exported(text: str, name: str) -> float:
@@ -76,10 +82,10 @@ def _exported(text: str, name: str) -> float:
 
 @pytest.mark.parametrize("capture", [IDLE, LOADED], ids=["idle", "loaded"])
 def test_the_exporter_shows_what_nvidia_smi_shows(
-    capture: Capture, h200_answering: Callable[[Capture], None], make_poller: Callable[..., Any]
+    capture: Capture, h200_answering: Callable[[Capture], FakeNvml], make_poller: Callable[..., Any]
 ) -> None:
-    h200_answering(capture)
-    text = render(make_poller().sweep())
+    sim = h200_answering(capture)
+    text = render(make_poller(sim).sweep())
     smi_total, smi_reserved, smi_used, smi_free = capture.smi
     exported = {
         name: _exported(text, f"DCGM_FI_DEV_FB_{name}")
@@ -94,18 +100,18 @@ def test_the_exporter_shows_what_nvidia_smi_shows(
 
 
 def test_a_v1_only_driver_counts_the_reservation_as_used(
-    h200_answering: Callable[[Capture], None], make_poller: Callable[..., Any]
+    h200_answering: Callable[[Capture], FakeNvml], make_poller: Callable[..., Any]
 ) -> None:
     """Before R510 there is no reservation field: v1's used is all the driver can tell."""
-    h200_answering(LOADED)
-    v2 = pynvml.nvmlDeviceGetMemoryInfo
+    sim = h200_answering(LOADED)
+    v2 = sim.api.nvmlDeviceGetMemoryInfo
 
     def v1_only(handle: Any, version: int | None = None) -> Any:
         if version:
             raise pynvml.NVMLError_FunctionNotFound()
         return v2(handle)
 
-    pynvml.nvmlDeviceGetMemoryInfo = v1_only
-    text = render(make_poller().sweep())
+    sim.api.nvmlDeviceGetMemoryInfo = v1_only
+    text = render(make_poller(sim).sweep())
     assert _exported(text, "DCGM_FI_DEV_FB_USED") == (_bytes(11122.8) + _bytes(615.1)) // MIB
     assert "DCGM_FI_DEV_FB_RESERVED{" not in text

@@ -28,9 +28,9 @@ OLD_GPUS = """
 
 @pytest.fixture
 def nvml(sim):
-    pynvml.nvmlInit()
+    sim.api.nvmlInit()
     yield sim
-    pynvml.nvmlShutdown()
+    sim.api.nvmlShutdown()
 
 
 def targets(sim) -> list[GpmTarget]:
@@ -46,7 +46,7 @@ def targets(sim) -> list[GpmTarget]:
 
 
 def sampler_for(sim) -> GpmSampler:
-    sampler = GpmSampler(GuardedNvml(ErrorTally()), interval_seconds=0.05)
+    sampler = GpmSampler(GuardedNvml(ErrorTally(), sim.api), interval_seconds=0.05)
     sampler.sample(targets(sim))
     return sampler
 
@@ -72,38 +72,42 @@ def metrics_request(first, second, metric_ids) -> pynvml.c_nvmlGpmMetricsGet_t:
 
 def test_support_query_follows_the_architecture(make_sim):
     sim = make_sim(fleet_from_yaml(OLD_GPUS + "      - {model: H100-80GB-HBM3}\n"))
-    pynvml.nvmlInit()
+    sim.api.nvmlInit()
     try:
         supported = [
-            pynvml.nvmlGpmQueryDeviceSupport(pynvml.nvmlDeviceGetHandleByIndex(i)).isSupportedDevice
+            sim.api.nvmlGpmQueryDeviceSupport(
+                sim.api.nvmlDeviceGetHandleByIndex(i)
+            ).isSupportedDevice
             for i in range(len(sim.gpus))
         ]
         assert supported == [0, 0, 0, 1]  # A100, T4, L4 say no; H100 says yes
-        sample = pynvml.nvmlGpmSampleAlloc()
+        sample = sim.api.nvmlGpmSampleAlloc()
         with pytest.raises(pynvml.NVMLError_NotSupported):
-            pynvml.nvmlGpmSampleGet(pynvml.nvmlDeviceGetHandleByIndex(0), sample)
-        pynvml.nvmlGpmSampleFree(sample)
+            sim.api.nvmlGpmSampleGet(sim.api.nvmlDeviceGetHandleByIndex(0), sample)
+        sim.api.nvmlGpmSampleFree(sample)
     finally:
-        pynvml.nvmlShutdown()
+        sim.api.nvmlShutdown()
 
 
 def test_drivers_before_r520_have_no_gpm(make_sim):
-    make_sim(fleet_from_yaml('driver_version: "515.65.01"\ngpus: [{model: H100-80GB-HBM3}]\n'))
-    pynvml.nvmlInit()
+    sim = make_sim(
+        fleet_from_yaml('driver_version: "515.65.01"\ngpus: [{model: H100-80GB-HBM3}]\n')
+    )
+    sim.api.nvmlInit()
     try:
         with pytest.raises(pynvml.NVMLError_FunctionNotFound):
-            pynvml.nvmlGpmQueryDeviceSupport(pynvml.nvmlDeviceGetHandleByIndex(0))
+            sim.api.nvmlGpmQueryDeviceSupport(sim.api.nvmlDeviceGetHandleByIndex(0))
     finally:
-        pynvml.nvmlShutdown()
+        sim.api.nvmlShutdown()
 
 
 def test_metrics_between_two_samples_match_the_simulated_workload(nvml):
-    handle = pynvml.nvmlDeviceGetHandleByIndex(0)  # training
-    first, second = pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()
+    handle = nvml.api.nvmlDeviceGetHandleByIndex(0)  # training
+    first, second = nvml.api.nvmlGpmSampleAlloc(), nvml.api.nvmlGpmSampleAlloc()
     t1 = nvml.now()
-    pynvml.nvmlGpmSampleGet(handle, first)
+    nvml.api.nvmlGpmSampleGet(handle, first)
     time.sleep(0.3)
-    pynvml.nvmlGpmSampleGet(handle, second)
+    nvml.api.nvmlGpmSampleGet(handle, second)
     t2 = nvml.now()
     ids = [
         pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL,
@@ -111,7 +115,7 @@ def test_metrics_between_two_samples_match_the_simulated_workload(nvml):
         pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC,
         pynvml.NVML_GPM_METRIC_C2C_TOTAL_TX_PER_SEC,  # H100 PCIe has no C2C link
     ]
-    request = pynvml.nvmlGpmMetricsGet(metrics_request(first, second, ids))
+    request = nvml.api.nvmlGpmMetricsGet(metrics_request(first, second, ids))
     graphics, tensor, pcie, c2c = (request.metrics[i] for i in range(4))
     expected = 100 * sum(nvml.gpus[0].utilization(t1 + (t2 - t1) * k / 10) for k in range(11)) / 11
     assert graphics.nvmlReturn == pynvml.NVML_SUCCESS
@@ -121,33 +125,35 @@ def test_metrics_between_two_samples_match_the_simulated_workload(nvml):
     assert pcie.nvmlReturn == pynvml.NVML_SUCCESS and pcie.value > 0
     assert c2c.nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
     for sample in (first, second):
-        pynvml.nvmlGpmSampleFree(sample)
+        nvml.api.nvmlGpmSampleFree(sample)
 
 
 def test_metrics_get_refuses_what_nvml_refuses(nvml):
-    a, b, c = (pynvml.nvmlGpmSampleAlloc() for _ in range(3))
+    a, b, c = (nvml.api.nvmlGpmSampleAlloc() for _ in range(3))
     ids = [pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL]
     with pytest.raises(pynvml.NVMLError_InvalidArgument):  # samples never filled
-        pynvml.nvmlGpmMetricsGet(metrics_request(a, b, ids))
-    pynvml.nvmlGpmSampleGet(pynvml.nvmlDeviceGetHandleByIndex(0), a)
-    pynvml.nvmlGpmSampleGet(pynvml.nvmlDeviceGetHandleByIndex(1), b)
+        nvml.api.nvmlGpmMetricsGet(metrics_request(a, b, ids))
+    nvml.api.nvmlGpmSampleGet(nvml.api.nvmlDeviceGetHandleByIndex(0), a)
+    nvml.api.nvmlGpmSampleGet(nvml.api.nvmlDeviceGetHandleByIndex(1), b)
     with pytest.raises(pynvml.NVMLError_InvalidArgument):  # two different GPUs
-        pynvml.nvmlGpmMetricsGet(metrics_request(a, b, ids))
-    pynvml.nvmlGpmSampleGet(pynvml.nvmlDeviceGetHandleByIndex(0), c)
+        nvml.api.nvmlGpmMetricsGet(metrics_request(a, b, ids))
+    nvml.api.nvmlGpmSampleGet(nvml.api.nvmlDeviceGetHandleByIndex(0), c)
     stale = metrics_request(a, c, ids)
     stale.version = 2
     with pytest.raises(pynvml.NVMLError) as caught:
-        pynvml.nvmlGpmMetricsGet(stale)
+        nvml.api.nvmlGpmMetricsGet(stale)
     assert caught.value.value == pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
-    mig_handle = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(pynvml.nvmlDeviceGetHandleByIndex(6), 0)
+    mig_handle = nvml.api.nvmlDeviceGetMigDeviceHandleByIndex(
+        nvml.api.nvmlDeviceGetHandleByIndex(6), 0
+    )
     with pytest.raises(pynvml.NVMLError_NotSupported):  # MIG goes through nvmlGpmMigSampleGet
-        pynvml.nvmlGpmSampleGet(mig_handle, a)
+        nvml.api.nvmlGpmSampleGet(mig_handle, a)
     with pytest.raises(pynvml.NVMLError_NotFound):
-        pynvml.nvmlGpmMigSampleGet(pynvml.nvmlDeviceGetHandleByIndex(6), 99, a)
+        nvml.api.nvmlGpmMigSampleGet(nvml.api.nvmlDeviceGetHandleByIndex(6), 99, a)
     for sample in (a, b, c):
-        pynvml.nvmlGpmSampleFree(sample)
+        nvml.api.nvmlGpmSampleFree(sample)
     with pytest.raises(pynvml.NVMLError_InvalidArgument):  # double free
-        pynvml.nvmlGpmSampleFree(a)
+        nvml.api.nvmlGpmSampleFree(a)
     assert nvml.gpm_samples_allocated == 0
 
 
@@ -224,7 +230,7 @@ def test_buffers_are_allocated_once_and_freed_on_loss_and_stop(nvml):
 
 def test_gpus_without_gpm_are_asked_once_and_skipped(make_sim):
     sim = make_sim(fleet_from_yaml(OLD_GPUS))
-    pynvml.nvmlInit()
+    sim.api.nvmlInit()
     try:
         sampler = sampler_for(sim)
         rounds(sampler, 3)
@@ -234,11 +240,11 @@ def test_gpus_without_gpm_are_asked_once_and_skipped(make_sim):
         assert sim.calls["nvmlGpmSampleAlloc"] == 0
         sampler.stop()
     finally:
-        pynvml.nvmlShutdown()
+        sim.api.nvmlShutdown()
 
 
 def test_poller_exports_profiling_metrics_for_whole_gpus_and_mig_instances(sim, make_poller):
-    poller = make_poller(replace(FAST, interval_seconds=0.1))
+    poller = make_poller(sim, replace(FAST, interval_seconds=0.1))
     poller.sweep()  # initialises NVML and starts the GPM thread
     deadline = time.monotonic() + 10
     while True:
@@ -257,7 +263,7 @@ def test_poller_exports_profiling_metrics_for_whole_gpus_and_mig_instances(sim, 
 
 
 def test_gpm_can_be_switched_off(sim, make_poller):
-    poller = make_poller(replace(FAST, gpm_enabled=False))
+    poller = make_poller(sim, replace(FAST, gpm_enabled=False))
     snapshot = poller.sweep()
     text = render(snapshot)
     assert [line for line in text.splitlines() if line.startswith("DCGM_FI_PROF_")] == []
@@ -267,7 +273,7 @@ def test_gpm_can_be_switched_off(sim, make_poller):
 
 def test_a_gpu_tracked_for_the_first_time_is_sampled_at_once(nvml):
     # An interval longer than the test: only a round started by track() can take the sample.
-    sampler = GpmSampler(GuardedNvml(ErrorTally()), interval_seconds=600.0)
+    sampler = GpmSampler(GuardedNvml(ErrorTally(), nvml.api), interval_seconds=600.0)
     entities = sum(len(g.live_instances()) if g.mig_enabled else 1 for g in nvml.gpus)
     sampler.start()
     try:
@@ -283,7 +289,7 @@ def test_a_gpu_tracked_for_the_first_time_is_sampled_at_once(nvml):
 
 def test_profiling_is_in_the_second_sweep_after_the_gpus_are_known(sim, make_poller):
     snapshots: list[NodeSnapshot] = []
-    poller = make_poller(replace(FAST, interval_seconds=1.0), publish=snapshots.append)
+    poller = make_poller(sim, replace(FAST, interval_seconds=1.0), publish=snapshots.append)
     poller.start()
 
     def first_with_profiling() -> NodeSnapshot | None:

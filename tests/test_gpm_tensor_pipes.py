@@ -15,6 +15,7 @@ from exporter.simulator import gpm_model
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.fleet import default_fleet
 from exporter.simulator.gpm_model import PIPE_MIX
+from exporter.simulator.stepped_time import SteppedHelpers
 from exporter.snapshot import NodeSnapshot, ProfilingReadings
 from tests.conftest import quiet
 
@@ -36,17 +37,19 @@ def profiled(snapshot: NodeSnapshot) -> Iterator[tuple[int, int | None, Profilin
 def measure() -> NodeSnapshot:
     """A sweep after two GPM rounds STEP_S apart, on a clock the test moves."""
     clock = [0.0]
-    with FakeNvml(quiet(default_fleet()), clock=lambda: clock[0]):
+    stepped = SteppedHelpers()
+    with FakeNvml(quiet(default_fleet()), clock=lambda: clock[0]) as sim:
         poller = Poller(
             CollectionConfig(xid_enabled=False, pcie_enabled=False),
             lambda snapshot: None,
-            helper_threads=False,
+            sim.source(),
+            runner=stepped,
         )
         try:
             for step in range(2):
                 clock[0] = step * STEP_S
                 poller.sweep()
-                poller.run_helpers_once()
+                stepped.run_once()
             return poller.sweep()
         finally:
             poller.stop()

@@ -92,30 +92,30 @@ def test_fleet_files_can_name_the_model(record: dict[str, Any]) -> None:
 
 
 def test_identity_memory_limits_and_clocks(make_sim: MakeSim, record: dict[str, Any]) -> None:
-    make_sim(h200_fleet(record))
-    pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    assert pynvml.nvmlSystemGetDriverVersion() == record["driver_version"]
-    assert pynvml.nvmlDeviceGetName(handle) == record["model_name"]
-    assert pynvml.nvmlDeviceGetPciInfo(handle).pciDeviceId == int(record["pci_device_id"], 16)
-    assert pynvml.nvmlDeviceGetMemoryInfo(handle).total == record["memory_total_mib"] * MIB
+    sim = make_sim(h200_fleet(record))
+    sim.api.nvmlInit()
+    handle = sim.api.nvmlDeviceGetHandleByIndex(0)
+    assert sim.api.nvmlSystemGetDriverVersion() == record["driver_version"]
+    assert sim.api.nvmlDeviceGetName(handle) == record["model_name"]
+    assert sim.api.nvmlDeviceGetPciInfo(handle).pciDeviceId == int(record["pci_device_id"], 16)
+    assert sim.api.nvmlDeviceGetMemoryInfo(handle).total == record["memory_total_mib"] * MIB
     default_mw = record["power_limit_default_w"] * 1000
-    assert pynvml.nvmlDeviceGetPowerManagementDefaultLimit(handle) == default_mw
-    assert pynvml.nvmlDeviceGetPowerManagementLimit(handle) == default_mw
-    assert pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) == default_mw
+    assert sim.api.nvmlDeviceGetPowerManagementDefaultLimit(handle) == default_mw
+    assert sim.api.nvmlDeviceGetPowerManagementLimit(handle) == default_mw
+    assert sim.api.nvmlDeviceGetEnforcedPowerLimit(handle) == default_mw
     clocks = record["max_clocks_mhz"]
-    assert pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM) == clocks["sm"]
-    assert pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM) == clocks["memory"]
-    assert pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM) <= clocks["sm"]
-    support = pynvml.nvmlGpmQueryDeviceSupport(handle)
+    assert sim.api.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM) == clocks["sm"]
+    assert sim.api.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM) == clocks["memory"]
+    assert sim.api.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM) <= clocks["sm"]
+    support = sim.api.nvmlGpmQueryDeviceSupport(handle)
     assert bool(support.isSupportedDevice) is record["gpm_supported"]
 
 
 def test_power_limit_range(make_sim: MakeSim, record: dict[str, Any]) -> None:
-    make_sim(h200_fleet(record))
-    pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    low, high = pynvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)
+    sim = make_sim(h200_fleet(record))
+    sim.api.nvmlInit()
+    handle = sim.api.nvmlDeviceGetHandleByIndex(0)
+    low, high = sim.api.nvmlDeviceGetPowerManagementLimitConstraints(handle)
     assert (low, high) == (record["power_limit_min_w"] * 1000, record["power_limit_max_w"] * 1000)
     assert record["power_limit_min_w"] <= record["power_limit_default_w"]
     assert record["power_limit_default_w"] <= record["power_limit_max_w"]
@@ -123,14 +123,14 @@ def test_power_limit_range(make_sim: MakeSim, record: dict[str, Any]) -> None:
 
 def test_mig_profile_table(make_sim: MakeSim, record: dict[str, Any]) -> None:
     assert record["mig_capable"] is True
-    make_sim(h200_fleet(record, mig=["7g.141gb"]))
-    pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    assert pynvml.nvmlDeviceGetMigMode(handle) == [1, 1]
+    sim = make_sim(h200_fleet(record, mig=["7g.141gb"]))
+    sim.api.nvmlInit()
+    handle = sim.api.nvmlDeviceGetHandleByIndex(0)
+    assert sim.api.nvmlDeviceGetMigMode(handle) == [1, 1]
     seen = []
     for enum_index in PROFILE_ENUMS:
         try:
-            info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, enum_index)
+            info = sim.api.nvmlDeviceGetGpuInstanceProfileInfo(handle, enum_index)
         except pynvml.NVMLError_NotSupported:
             continue
         name = info.name.decode() if isinstance(info.name, bytes) else info.name
@@ -155,22 +155,22 @@ def test_full_layouts_place_on_the_eight_memory_slices(
     make_sim: MakeSim, record: dict[str, Any], layout: list[str]
 ) -> None:
     profiles = {row["name"]: row for row in record["mig_profiles"]}
-    make_sim(replace(h200_fleet(record, mig=layout), nvml_privileged=True))
-    pynvml.nvmlInit()
-    parent = pynvml.nvmlDeviceGetHandleByIndex(0)
+    sim = make_sim(replace(h200_fleet(record, mig=layout), nvml_privileged=True))
+    sim.api.nvmlInit()
+    parent = sim.api.nvmlDeviceGetHandleByIndex(0)
     used = [False] * MEMORY_SLICES
     names = []
     for slot in range(len(layout)):
-        mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, slot)
-        name = pynvml.nvmlDeviceGetName(mig)
+        mig = sim.api.nvmlDeviceGetMigDeviceHandleByIndex(parent, slot)
+        name = sim.api.nvmlDeviceGetName(mig)
         assert name.startswith(f"{record['model_name']} MIG ")
         profile = name.rsplit(" MIG ", 1)[1]
         names.append(profile)
-        assert pynvml.nvmlDeviceGetMemoryInfo(mig).total == profiles[profile]["memory_mib"] * MIB
-        attributes = pynvml.nvmlDeviceGetAttributes(mig)
+        assert sim.api.nvmlDeviceGetMemoryInfo(mig).total == profiles[profile]["memory_mib"] * MIB
+        attributes = sim.api.nvmlDeviceGetAttributes(mig)
         assert attributes.multiprocessorCount == profiles[profile]["multiprocessors"]
-        gi = pynvml.nvmlDeviceGetGpuInstanceId(mig)
-        info = pynvml.nvmlGpuInstanceGetInfo(pynvml.nvmlDeviceGetGpuInstanceById(parent, gi))
+        gi = sim.api.nvmlDeviceGetGpuInstanceId(mig)
+        info = sim.api.nvmlGpuInstanceGetInfo(sim.api.nvmlDeviceGetGpuInstanceById(parent, gi))
         assert info.profileId == profiles[profile]["gi_profile_id"]
         span = range(info.placement.start, info.placement.start + info.placement.size)
         assert span.stop <= MEMORY_SLICES
@@ -178,9 +178,9 @@ def test_full_layouts_place_on_the_eight_memory_slices(
         for s in span:
             used[s] = True
     assert sorted(names) == sorted(layout)
-    for slot in range(len(layout), pynvml.nvmlDeviceGetMaxMigDeviceCount(parent)):
+    for slot in range(len(layout), sim.api.nvmlDeviceGetMaxMigDeviceCount(parent)):
         with pytest.raises(pynvml.NVMLError_NotFound):
-            pynvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, slot)
+            sim.api.nvmlDeviceGetMigDeviceHandleByIndex(parent, slot)
 
 
 def test_layouts_the_board_cannot_hold_are_refused(record: dict[str, Any]) -> None:
@@ -196,17 +196,17 @@ def test_exporter_reads_h200_profile_ids_unprivileged(
     make_sim: MakeSim, record: dict[str, Any]
 ) -> None:
     layout = ["1g.35gb", "2g.35gb", "3g.71gb"]
-    make_sim(h200_fleet(record, mig=layout))
-    pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    sim = make_sim(h200_fleet(record, mig=layout))
+    sim.api.nvmlInit()
+    handle = sim.api.nvmlDeviceGetHandleByIndex(0)
     identity = GpuIdentity(
         index=0,
-        uuid=pynvml.nvmlDeviceGetUUID(handle),
-        name=pynvml.nvmlDeviceGetName(handle),
+        uuid=sim.api.nvmlDeviceGetUUID(handle),
+        name=sim.api.nvmlDeviceGetName(handle),
         pci_bus_id="",
         mig_enabled=True,
     )
-    instances = MigReader(GuardedNvml(ErrorTally()), 3600.0).read(identity, handle)
+    instances = MigReader(GuardedNvml(ErrorTally(), sim.api), 3600.0).read(identity, handle)
     expected = {row["name"]: row["gi_profile_id"] for row in record["mig_profiles"]}
     # 1g.35gb and 2g.35gb have the same memory: only the profile name tells them apart.
     assert {m.profile: m.gpu_instance_profile_id for m in instances} == {
@@ -226,45 +226,45 @@ def _arguments(function: str, handle: Any) -> tuple[Any, ...]:
     return (handle, *extra.get(function, ()))
 
 
-def _gpm_metrics(handle: Any) -> None:
+def _gpm_metrics(nvml: Any, handle: Any) -> None:
     """nvmlGpmMetricsGet as a caller makes it: two samples of the device, one metric."""
-    request = gpm_pair(handle)
+    request = gpm_pair(nvml, handle)
     try:
-        pynvml.nvmlGpmMetricsGet(request)
+        nvml.nvmlGpmMetricsGet(request)
         if request.metrics[0].nvmlReturn != pynvml.NVML_SUCCESS:
             raise pynvml.NVMLError(request.metrics[0].nvmlReturn)
     finally:
-        pynvml.nvmlGpmSampleFree(request.sample1)
-        pynvml.nvmlGpmSampleFree(request.sample2)
+        nvml.nvmlGpmSampleFree(request.sample1)
+        nvml.nvmlGpmSampleFree(request.sample2)
 
 
-def _call(function: str, handle: Any) -> None:
+def _call(nvml: Any, function: str, handle: Any) -> None:
     """One call of `function` with the arguments a real caller passes."""
     if function in ("nvmlDeviceGetCount", "nvmlSystemGetDriverVersion"):
-        getattr(pynvml, function)()
+        getattr(nvml, function)()
     elif function == "nvmlDeviceGetHandleByIndex":
-        pynvml.nvmlDeviceGetHandleByIndex(0)
+        nvml.nvmlDeviceGetHandleByIndex(0)
     elif function == "nvmlGpmSampleGet":
-        sample = pynvml.nvmlGpmSampleAlloc()
+        sample = nvml.nvmlGpmSampleAlloc()
         try:
-            pynvml.nvmlGpmSampleGet(handle, sample)
+            nvml.nvmlGpmSampleGet(handle, sample)
         finally:
-            pynvml.nvmlGpmSampleFree(sample)
+            nvml.nvmlGpmSampleFree(sample)
     elif function == "nvmlGpmMetricsGet":
-        _gpm_metrics(handle)
+        _gpm_metrics(nvml, handle)
     else:
-        getattr(pynvml, function)(*_arguments(function, handle))
+        getattr(nvml, function)(*_arguments(function, handle))
 
 
 def test_nvml_support_matrix(make_sim: MakeSim, record: dict[str, Any]) -> None:
-    make_sim(h200_fleet(record))
-    pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    sim = make_sim(h200_fleet(record))
+    sim.api.nvmlInit()
+    handle = sim.api.nvmlDeviceGetHandleByIndex(0)
     assert record["nvml_support"], "the record lists no NVML functions"
     answers = {}
     for function in record["nvml_support"]:
         try:
-            _call(function, handle)
+            _call(sim.api, function, handle)
             answers[function] = "ok"
         except pynvml.NVMLError as exc:
             answers[function] = exc.value

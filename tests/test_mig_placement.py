@@ -38,17 +38,18 @@ class Reader:
     """A MigReader and what it needs, bound to the simulated node."""
 
     def __init__(self, sim: FakeNvml, refresh_seconds: float = 3600.0) -> None:
-        pynvml.nvmlInit()
+        sim.api.nvmlInit()
         self.sim = sim
         self.tally = ErrorTally()
-        self.mig = MigReader(GuardedNvml(self.tally), refresh_seconds)
+        self.mig = MigReader(GuardedNvml(self.tally, sim.api), refresh_seconds)
 
     def parent(self, index: int) -> tuple[GpuIdentity, Any]:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        api = self.sim.api
+        handle = api.nvmlDeviceGetHandleByIndex(index)
         identity = GpuIdentity(
             index=index,
-            uuid=pynvml.nvmlDeviceGetUUID(handle),
-            name=pynvml.nvmlDeviceGetName(handle),
+            uuid=api.nvmlDeviceGetUUID(handle),
+            name=api.nvmlDeviceGetName(handle),
             pci_bus_id="",
             mig_enabled=True,
         )
@@ -189,15 +190,15 @@ def test_a_gpu_instance_that_cannot_be_read_does_not_lose_the_others(
 ) -> None:
     sim = make_sim(privileged_fleet())
     faulty_gi = 8
-    answer = pynvml.nvmlGpuInstanceGetInfo
+    answer = sim.api.nvmlGpuInstanceGetInfo
 
     def get_info(handle: Any) -> Any:
         info = answer(handle)
-        if info.id == faulty_gi and pynvml.nvmlDeviceGetIndex(info.device) == 6:
+        if info.id == faulty_gi and sim.api.nvmlDeviceGetIndex(info.device) == 6:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
         return info
 
-    monkeypatch.setattr(pynvml, "nvmlGpuInstanceGetInfo", get_info)
+    monkeypatch.setattr(sim.api, "nvmlGpuInstanceGetInfo", get_info)
     reader = Reader(sim)
     read = reader.read_all()
     by_gi = {m.gpu_instance_id: m for m in read[6]}
@@ -217,25 +218,25 @@ def test_a_gpu_instance_that_cannot_be_read_does_not_lose_the_others(
 
 def test_the_privileged_simulator_answers_like_the_driver(make_sim: MakeSim) -> None:
     sim = make_sim(privileged_fleet())
-    pynvml.nvmlInit()
-    parent = pynvml.nvmlDeviceGetHandleByIndex(6)
-    handle = pynvml.nvmlDeviceGetGpuInstanceById(parent, 4)
-    info = pynvml.nvmlGpuInstanceGetInfo(handle)
+    sim.api.nvmlInit()
+    parent = sim.api.nvmlDeviceGetHandleByIndex(6)
+    handle = sim.api.nvmlDeviceGetGpuInstanceById(parent, 4)
+    info = sim.api.nvmlGpuInstanceGetInfo(handle)
     assert isinstance(info, pynvml.c_nvmlGpuInstanceInfo_t)
     assert (info.id, info.profileId, info.placement.start, info.placement.size) == (4, 14, 2, 2)
-    assert pynvml.nvmlDeviceGetUUID(info.device) == pynvml.nvmlDeviceGetUUID(parent)
+    assert sim.api.nvmlDeviceGetUUID(info.device) == sim.api.nvmlDeviceGetUUID(parent)
     with pytest.raises(pynvml.NVMLError_NotFound):
-        pynvml.nvmlDeviceGetGpuInstanceById(parent, 9)  # no such GPU instance
+        sim.api.nvmlDeviceGetGpuInstanceById(parent, 9)  # no such GPU instance
     with pytest.raises(pynvml.NVMLError_NotSupported):
-        pynvml.nvmlDeviceGetGpuInstanceById(pynvml.nvmlDeviceGetHandleByIndex(0), 0)  # no MIG
+        sim.api.nvmlDeviceGetGpuInstanceById(sim.api.nvmlDeviceGetHandleByIndex(0), 0)  # no MIG
     with pytest.raises(pynvml.NVMLError_InvalidArgument):
-        pynvml.nvmlGpuInstanceGetInfo(parent)  # a device handle is not a GPU-instance handle
+        sim.api.nvmlGpuInstanceGetInfo(parent)  # a device handle is not a GPU-instance handle
     # A destroyed instance leaves its handle dangling.
     slot = next(m.slot for m in sim.gpus[6].live_instances() if m.gpu_instance_id == 4)
     sim.gpus[6].mig_slots[slot] = None
     with pytest.raises(pynvml.NVMLError_InvalidArgument):
-        pynvml.nvmlGpuInstanceGetInfo(handle)
-    on_lost_gpu = pynvml.nvmlDeviceGetGpuInstanceById(pynvml.nvmlDeviceGetHandleByIndex(7), 2)
+        sim.api.nvmlGpuInstanceGetInfo(handle)
+    on_lost_gpu = sim.api.nvmlDeviceGetGpuInstanceById(sim.api.nvmlDeviceGetHandleByIndex(7), 2)
     sim.lose_gpu(7)
     with pytest.raises(pynvml.NVMLError_GpuIsLost):
-        pynvml.nvmlGpuInstanceGetInfo(on_lost_gpu)
+        sim.api.nvmlGpuInstanceGetInfo(on_lost_gpu)

@@ -32,7 +32,7 @@ class SteppedNode:
 
     def __init__(self, fleet: FleetSpec) -> None:
         self.clock = [0.0]
-        self.sim = FakeNvml(quiet(fleet), clock=lambda: self.clock[0]).install()
+        self.sim = FakeNvml(quiet(fleet), clock=lambda: self.clock[0])
         self.poller = Poller(
             # Every field every sweep: the slow fields' cadence runs on the real clock.
             CollectionConfig(
@@ -43,7 +43,7 @@ class SteppedNode:
                 energy_read_interval_seconds=0.0,
             ),
             lambda snapshot: None,
-            helper_threads=False,
+            self.sim.source(),
         )
 
     def sweep_at(self, t: float) -> NodeSnapshot:
@@ -59,7 +59,7 @@ class SteppedNode:
 
     def close(self) -> None:
         self.poller.stop()
-        self.sim.uninstall()
+        self.sim.close()
 
 
 @pytest.fixture
@@ -148,15 +148,16 @@ def test_forget_retain_and_clear_start_gpus_over():
 
 def test_simulator_stamps_field_values_with_wall_clock_micros_that_follow_its_clock(stepped):
     node = stepped(None)
-    pynvml.nvmlInit()
+    api = node.sim.api
+    api.nvmlInit()
     try:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        handle = api.nvmlDeviceGetHandleByIndex(0)
         request = [(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link) for link in range(18)]
-        first = pynvml.nvmlDeviceGetFieldValues(handle, request)
+        first = api.nvmlDeviceGetFieldValues(handle, request)
         node.clock[0] = STEP_S
-        second = pynvml.nvmlDeviceGetFieldValues(handle, request)
+        second = api.nvmlDeviceGetFieldValues(handle, request)
     finally:
-        pynvml.nvmlShutdown()
+        api.nvmlShutdown()
     assert {e.timestamp for e in first} == {first[0].timestamp}  # one refresh, one stamp
     assert second[0].timestamp - first[0].timestamp == pytest.approx(STEP_S * 1e6, abs=1)
     # Plausible as microseconds since 1970: after 2020, before 2100.
@@ -231,7 +232,7 @@ def test_one_failed_link_entry_drops_the_sum_and_the_rate_for_that_sweep(stepped
     node = stepped(None)
     node.sweep_at(0.0)
     node.sweep_at(STEP_S)
-    real = pynvml.nvmlDeviceGetFieldValues
+    real = node.sim.api.nvmlDeviceGetFieldValues
     failed = []
 
     def one_link_times_out(handle, request):
@@ -243,9 +244,9 @@ def test_one_failed_link_entry_drops_the_sum_and_the_rate_for_that_sweep(stepped
                 break
         return entries
 
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetFieldValues", one_link_times_out)
+    monkeypatch.setattr(node.sim.api, "nvmlDeviceGetFieldValues", one_link_times_out)
     partial = node.sweep_at(2 * STEP_S)
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetFieldValues", real)
+    monkeypatch.setattr(node.sim.api, "nvmlDeviceGetFieldValues", real)
     assert failed
     readings = partial.gpus[0].readings
     assert readings.nvlink_rx_kib is None and readings.nvlink_tx_kib is None

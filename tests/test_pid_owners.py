@@ -21,7 +21,8 @@ from exporter.processes.kubelet_logs import (
     parse_container_log_name,
     parse_pod_log_dir_name,
 )
-from exporter.processes.owner import EXITED, HOST, OTHER_PID_NAMESPACE, ProcessOwner
+from exporter.processes.owner import EXITED, HOST, OTHER_PID_NAMESPACE
+from exporter.snapshot import ProcessOwner
 
 UID = "2edf54f8-6911-449f-9abe-3d468a770d6b"
 UID_ = UID.replace("-", "_")

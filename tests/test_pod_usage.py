@@ -10,16 +10,15 @@ from types import MappingProxyType
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.attribution.context import AttributionContext
 from exporter.config import LabelConfig
-from exporter.exposition.context import AttributionContext
-from exporter.exposition.renderer import Renderer
 from exporter.kubernetes.pod_metadata import EMPTY_VIEW, PodMetadata
 from exporter.podresources.allocations import Allocation, PodResourcesSnapshot
 from exporter.podresources.attribution import attribute
 from exporter.podresources.client import PodResourcesStatus
 from exporter.podresources.device_ids import parse_device_id
 from exporter.processes.host_pids import HostPidOwners
-from exporter.processes.owner import EXITED, HOST, ProcessOwner
+from exporter.processes.owner import EXITED, HOST
 from exporter.processes.pod_usage import (
     HOLDER_UNKNOWN,
     NOT_HOLDER,
@@ -38,7 +37,9 @@ from exporter.snapshot import (
     GpuSnapshot,
     MigInstance,
     NodeSnapshot,
+    ProcessOwner,
 )
+from tests.conftest import render_body
 
 GIB = 1 << 30
 SHARED = "GPU-shared"
@@ -142,7 +143,7 @@ def test_mig_instances_have_memory_and_no_sm_share() -> None:
 
 def _scrape(labels: LabelConfig) -> dict[str, list]:
     context = AttributionContext(PODS, PodResourcesStatus(True, 1.7e9, 0.01, (), None), KUBE)
-    text = Renderer(labels).render_body(SNAPSHOT, context)
+    text = render_body(SNAPSHOT, labels, context)
     return {f.name: f.samples for f in text_string_to_metric_families(text)}
 
 
@@ -180,7 +181,7 @@ def test_the_families_have_one_row_per_container_and_one_unattributed_per_device
 def test_without_pod_resources_every_process_is_on_its_devices_unattributed_row() -> None:
     """--no-podresources --collector.processes: no holders are known, so no process counts for a
     pod, and none is lost: a pod's process says holder_unknown, the rest their own reason."""
-    text = Renderer(LabelConfig(node_name="n")).render_body(SNAPSHOT)  # no attribution context
+    text = render_body(SNAPSHOT, LabelConfig(node_name="n"))  # no attribution context
     families = {f.name: f.samples for f in text_string_to_metric_families(text)}
     rows = {
         (s.labels["UUID"], s.labels.get("GPU_I_ID", ""), s.labels["pod"]): s.value

@@ -11,8 +11,8 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.attribution.context import AttributionContext
 from exporter.config import LabelConfig
-from exporter.exposition.context import AttributionContext
 from exporter.podresources import generate_stubs
 from exporter.podresources.allocations import PodResourcesSnapshot
 from exporter.podresources.attribution import attribute, resolve
@@ -145,7 +145,7 @@ def series(families: dict, name: str) -> list:
 
 
 def test_exclusive_gpus_and_mig_instances_get_pod_labels(sim, kubelet, make_poller):
-    seen = observe(make_poller(), watcher_for(kubelet))
+    seen = observe(make_poller(sim), watcher_for(kubelet))
     temps = series(seen["families"], "DCGM_FI_DEV_GPU_TEMP")
     by_device = {(s.labels["gpu"], s.labels.get("GPU_I_ID")): s.labels for s in temps}
     # GPUs 0 and 1: one two-GPU training pod.
@@ -174,7 +174,7 @@ def test_exclusive_gpus_and_mig_instances_get_pod_labels(sim, kubelet, make_poll
 
 
 def test_time_sliced_gpu_lists_all_three_pods(sim, kubelet, make_poller):
-    seen = observe(make_poller(), watcher_for(kubelet))
+    seen = observe(make_poller(sim), watcher_for(kubelet))
     allocations = series(seen["families"], "kube_gpu_exporter_pod_device_allocation")
     shared = [s for s in allocations if s.labels["gpu"] == "3"]
     assert len(shared) == 3
@@ -187,14 +187,14 @@ def test_time_sliced_gpu_lists_all_three_pods(sim, kubelet, make_poller):
 
 def test_shared_device_series_copied_per_pod_when_asked(sim, kubelet, make_poller):
     labels = replace(LABELS, shared_device_series="per-pod")
-    seen = observe(make_poller(), watcher_for(kubelet), labels)
+    seen = observe(make_poller(sim), watcher_for(kubelet), labels)
     temps = [s for s in series(seen["families"], "DCGM_FI_DEV_GPU_TEMP") if s.labels["gpu"] == "3"]
     assert len(temps) == 3 and len({s.labels["pod"] for s in temps}) == 3
     assert len({s.value for s in temps}) == 1  # the same board value, once per pod
 
 
 def test_capacity_metrics(sim, kubelet, make_poller):
-    seen = observe(make_poller(), watcher_for(kubelet))
+    seen = observe(make_poller(sim), watcher_for(kubelet))
     fam = seen["families"]
 
     def by_resource(name: str) -> dict[str, float]:
@@ -218,7 +218,7 @@ def test_capacity_metrics(sim, kubelet, make_poller):
     assert mig == {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 2, "1g.20gb": 2}
     # A lost GPU leaves allocatable (healthy devices only) but stays physical.
     sim.lose_gpu(5)
-    seen = observe(make_poller(), watcher_for(kubelet))
+    seen = observe(make_poller(sim), watcher_for(kubelet))
     allocatable = {
         s.labels["resource"]: s.value
         for s in series(seen["families"], "kube_gpu_exporter_node_allocatable_devices")
@@ -229,7 +229,7 @@ def test_capacity_metrics(sim, kubelet, make_poller):
 
 def test_allocatable_units_trace_each_offered_id_to_its_gpu(sim, kubelet, make_poller):
     def units() -> dict[str, float]:
-        seen = observe(make_poller(), watcher_for(kubelet))
+        seen = observe(make_poller(sim), watcher_for(kubelet))
         family = seen["families"].get("kube_gpu_exporter_device_allocatable_units")
         return {s.labels["gpu"]: s.value for s in family.samples} if family else {}
 
@@ -253,7 +253,7 @@ def test_mig_strategies_and_legacy_ids(make_sim, tmp_path, make_poller, strategy
     kubelet = FakeKubelet(sim, tmp_path / "k.sock", mig_strategy=strategy, mig_id_format=id_format)
     kubelet.start()
     try:
-        seen = observe(make_poller(), watcher_for(kubelet))
+        seen = observe(make_poller(sim), watcher_for(kubelet))
     finally:
         kubelet.stop()
     resources = {
@@ -276,7 +276,7 @@ def test_mig_strategy_none_labels_every_instance_of_the_whole_gpu(sim, tmp_path,
     )
     kubelet.start()
     try:
-        seen = observe(make_poller(), watcher_for(kubelet))
+        seen = observe(make_poller(sim), watcher_for(kubelet))
     finally:
         kubelet.stop()
     gpu6 = [s for s in series(seen["families"], "DCGM_FI_DEV_FB_USED") if s.labels["gpu"] == "6"]
@@ -286,7 +286,7 @@ def test_mig_strategy_none_labels_every_instance_of_the_whole_gpu(sim, tmp_path,
 def test_extra_resource_names_are_counted(sim, kubelet, make_poller):
     kubelet.pods[-1].containers["exporter"] = [("example.com/vgpu", ["v-0", "v-1"])]
     seen = observe(
-        make_poller(), watcher_for(kubelet, extra_resources=frozenset({"example.com/vgpu"}))
+        make_poller(sim), watcher_for(kubelet, extra_resources=frozenset({"example.com/vgpu"}))
     )
     allocated = {
         s.labels["resource"]: s.value
@@ -302,7 +302,7 @@ def test_extra_resource_names_are_counted(sim, kubelet, make_poller):
 
 
 def test_gke_ids_resolve_by_index(sim, make_poller):
-    snapshot = make_poller().sweep()
+    snapshot = make_poller(sim).sweep()
     from exporter.podresources.allocations import Allocation
 
     ref = Allocation("ns", "p", "c", "nvidia.com/gpu", parse_device_id("nvidia6/gi4"))
@@ -329,7 +329,7 @@ def test_socket_missing_at_start_then_appears(sim, tmp_path, make_poller):
     watcher = PodResourcesWatcher(PodResourcesClient(str(path), timeout_seconds=1), 0.05)
     assert not watcher.refresh()
     # Device metrics keep flowing without pod-resources.
-    snapshot = make_poller().sweep()
+    snapshot = make_poller(sim).sweep()
     text = render(snapshot, LABELS, AttributionContext(pods=None, pods_status=watcher.status))
     assert "DCGM_FI_DEV_GPU_TEMP{" in text and "kube_gpu_exporter_podresources_up 0" in text
     kubelet = FakeKubelet(sim, path).start()
@@ -467,7 +467,7 @@ def test_list_response_over_the_limit_is_one_clear_error(sim, kubelet, make_poll
     # The last good attribution stays, and device metrics are still served with podresources_up 0.
     assert len(latest(watcher).allocations) == 12
     context = AttributionContext(pods=watcher.latest, pods_status=watcher.status)
-    text = render(make_poller().sweep(), LABELS, context)
+    text = render(make_poller(sim).sweep(), LABELS, context)
     assert "kube_gpu_exporter_podresources_up 0" in text and 'pod="' in text
     kubelet.faults.padding_pods = 0
     assert watcher.refresh()
@@ -479,7 +479,9 @@ def test_old_kubelet_without_allocatable(sim, kubelet, make_poller):
     assert watcher.refresh() and watcher.refresh()
     assert latest(watcher).allocatable is None
     assert kubelet.calls["GetAllocatableResources"] == 1  # UNIMPLEMENTED is remembered
-    text = render(make_poller().sweep(), LABELS, AttributionContext(watcher.latest, watcher.status))
+    text = render(
+        make_poller(sim).sweep(), LABELS, AttributionContext(watcher.latest, watcher.status)
+    )
     assert "kube_gpu_exporter_node_allocated_devices{" in text
     assert "kube_gpu_exporter_node_allocatable_devices" not in text
 
@@ -499,7 +501,7 @@ def test_get_where_offered(sim, kubelet):
 def test_attribution_survives_unknown_devices(sim, make_poller):
     from exporter.podresources.allocations import Allocation, PodResourcesSnapshot
 
-    snapshot = make_poller().sweep()
+    snapshot = make_poller(sim).sweep()
     pods = PodResourcesSnapshot(
         allocations=(Allocation("ns", "gone", "c", "nvidia.com/gpu", parse_device_id(GPU)),),
         allocatable=None,

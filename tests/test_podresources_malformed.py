@@ -19,7 +19,7 @@ import h2.connection
 import h2.events
 import pytest
 
-from exporter.exposition.context import AttributionContext
+from exporter.attribution.context import AttributionContext
 from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
 from exporter.podresources.grpc_unary import MALFORMED, RpcError, UnaryChannel
 from exporter.podresources.v1 import api_pb2

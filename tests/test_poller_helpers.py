@@ -7,9 +7,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
-import pynvml
 import pytest
 
 from exporter.config import CollectionConfig
@@ -17,13 +16,14 @@ from exporter.nvml.binding import NVMLError
 from exporter.nvml.error_tally import ErrorTally
 from exporter.nvml.guarded_calls import GuardedNvml
 from exporter.nvml.helper import LiveGpu, PeriodicHelper, PollerHelper
-from exporter.nvml.helper_registry import build_helpers
+from exporter.nvml.helper_registry import HelperFactory, HelperInputs, build_helpers
+from exporter.nvml.source import NvmlSource
 from exporter.nvml.xid_watcher import XidWatcher
 from exporter.poller import Poller
-from exporter.processes.owner import ProcessOwner
 from exporter.simulator.fake_nvml import FakeNvml
-from exporter.snapshot import CollectorStatus, GpuSnapshot, ProfilingReadings
-from tests.conftest import FAST, wait_for
+from exporter.simulator.stepped_time import SteppedHelpers
+from exporter.snapshot import CollectorStatus, GpuSnapshot, ProcessOwner, ProfilingReadings
+from tests.conftest import FAST, fast_source, wait_for
 
 # GPM off: the toy helper fills the profiling fields, and nothing else should.
 CONFIG = replace(FAST, gpm_enabled=False)
@@ -35,7 +35,8 @@ class ToyHelper:
     collector = "toy"
     needs_thread: ClassVar[bool] = False
 
-    def __init__(self) -> None:
+    def __init__(self, api: Any) -> None:
+        self._api = api
         self.calls: list[str] = []
         self.nvml_up_at_start: list[bool] = []
         self.tracked: tuple[LiveGpu, ...] = ()
@@ -45,7 +46,7 @@ class ToyHelper:
     def start(self) -> None:
         self.calls.append("start")
         try:
-            pynvml.nvmlDeviceGetCount()
+            self._api.nvmlDeviceGetCount()
         except NVMLError:
             self.nvml_up_at_start.append(False)
         else:
@@ -79,24 +80,31 @@ class ThreadedToyHelper(ToyHelper):
     needs_thread: ClassVar[bool] = True
 
 
+def plus(*extra: PollerHelper) -> HelperFactory:
+    """The registered helpers, then `extra`: the poller drives them all alike."""
+    return lambda inputs: (*build_helpers(inputs), *extra)
+
+
+def _inputs(config: CollectionConfig, source: NvmlSource) -> HelperInputs:
+    tally = ErrorTally()
+    return HelperInputs(config, source, GuardedNvml(tally, source.api), tally, lambda uuid: None)
+
+
 @pytest.fixture
-def toy() -> ToyHelper:
-    return ToyHelper()
+def toy(sim: FakeNvml) -> ToyHelper:
+    return ToyHelper(sim.api)
 
 
 @pytest.fixture
 def poller(sim: FakeNvml, toy: ToyHelper) -> Iterator[Poller]:
-    poller = Poller(CONFIG, lambda s: None, workers=8, extra_helpers=(toy,))
+    poller = Poller(CONFIG, lambda s: None, fast_source(sim), workers=8, helpers=plus(toy))
     yield poller
     poller.stop(timeout=2.0)
 
 
-def test_the_registry_builds_the_enabled_helpers_in_collector_order() -> None:
-    tally = ErrorTally()
-    nvml = GuardedNvml(tally)
-
+def test_the_registry_builds_the_enabled_helpers_in_collector_order(sim: FakeNvml) -> None:
     def names(config: CollectionConfig) -> list[str]:
-        helpers = build_helpers(config, nvml, tally, lambda uuid: None)
+        helpers = build_helpers(_inputs(config, sim.source()))
         assert all(isinstance(helper, PollerHelper) for helper in helpers)
         return [helper.collector for helper in helpers]
 
@@ -106,13 +114,12 @@ def test_the_registry_builds_the_enabled_helpers_in_collector_order() -> None:
     assert names(CollectionConfig(gpm_enabled=False)) == ["xid", "pcie"]
 
 
-def test_the_xid_re_register_delay_comes_from_the_config() -> None:
-    tally = ErrorTally()
-    config = CollectionConfig(xid_reregister_delay_seconds=0.125)
-    (watcher, *_) = build_helpers(config, GuardedNvml(tally), tally, lambda uuid: None)
+def test_the_xid_re_register_delay_comes_from_the_nvml_source(sim: FakeNvml) -> None:
+    source = sim.source(xid_reregister_delay_seconds=0.125)
+    (watcher, *_) = build_helpers(_inputs(CollectionConfig(), source))
     assert isinstance(watcher, XidWatcher)
     assert watcher.reregister_delay_seconds == 0.125
-    assert CollectionConfig().xid_reregister_delay_seconds == 1.0
+    assert sim.source().xid_reregister_delay_seconds == 1.0
 
 
 def test_a_helper_starts_only_after_nvml_init(sim: FakeNvml, poller: Poller, toy: ToyHelper):
@@ -177,22 +184,24 @@ def test_a_driver_reload_invalidates_a_helper_and_starts_it_again(
 
 
 def test_stopping_the_poller_stops_its_helpers(sim: FakeNvml, toy: ToyHelper):
-    poller = Poller(CONFIG, lambda s: None, workers=8, extra_helpers=(toy,))
+    poller = Poller(CONFIG, lambda s: None, fast_source(sim), workers=8, helpers=plus(toy))
     poller.sweep()
     poller.stop(timeout=1.5)
     assert toy.calls[-1] == "stop"
     assert toy.stop_timeout == 1.5
 
 
-def test_threadless_pollers_run_helper_rounds_on_the_callers_thread(sim: FakeNvml):
-    rounds, threaded = ToyHelper(), ThreadedToyHelper()
+def test_a_stepped_runner_runs_helper_rounds_on_the_callers_thread(sim: FakeNvml):
+    rounds, threaded = ToyHelper(sim.api), ThreadedToyHelper(sim.api)
     before = set(threading.enumerate())
+    stepped = SteppedHelpers()
     poller = Poller(
         replace(CONFIG, pcie_enabled=True),
         lambda s: None,
+        fast_source(sim),
         workers=8,
-        helper_threads=False,
-        extra_helpers=(rounds, threaded),
+        helpers=plus(rounds, threaded),
+        runner=stepped,
     )
     try:
         snapshot = poller.sweep()
@@ -203,14 +212,14 @@ def test_threadless_pollers_run_helper_rounds_on_the_callers_thread(sim: FakeNvm
             "toy",
             "threaded-toy",
         ]
-        # Only helpers that block on events get started; the rest wait for run_helpers_once.
+        # Only helpers that block on events get started; the rest wait for run_once.
         assert rounds.calls == [] and threaded.calls == ["start"]
         started = {t.name for t in set(threading.enumerate()) - before}
         assert "xid-watcher" in started and "pcie-sampler" not in started
         readings = snapshot.gpus[0].readings
         assert readings is not None and readings.pcie_tx_kbps is None
-        poller.run_helpers_once()
-        poller.run_helpers_once()
+        stepped.run_once()
+        stepped.run_once()
         assert rounds.rounds == 2
         readings = poller.sweep().gpus[0].readings
         assert readings is not None and readings.pcie_tx_kbps is not None
@@ -286,7 +295,7 @@ def test_nvml_helpers_report_failure_while_nvml_is_down_and_recover(sim: FakeNvm
         xid_enabled=False,
     )
     names = ("pcie", "gpm", "processes")
-    poller = Poller(config, lambda s: None, workers=8, pid_owners=NoOwners())
+    poller = Poller(config, lambda s: None, fast_source(sim), workers=8, pid_owners=NoOwners())
 
     def statuses() -> dict[str, bool]:
         return {c.name: c.success for c in poller.sweep().collectors if c.name in names}

@@ -6,89 +6,90 @@ from __future__ import annotations
 import pynvml
 import pytest
 
+from benchmarks.precomputed_answers import CYCLE, precomputed_api
 from exporter.config import CollectionConfig, LabelConfig
-from exporter.exposition.renderer import Renderer
+from exporter.nvml.source import NvmlSource
 from exporter.poller import Poller
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.fleet import default_fleet
-from exporter.simulator.precomputed_answers import CYCLE
-from tests.conftest import quiet
+from exporter.simulator.stepped_time import SteppedHelpers
+from tests.conftest import quiet, render_body
 
 
 @pytest.fixture
 def replayed():
-    sim = FakeNvml(quiet(default_fleet()), precomputed=True).install()
-    pynvml.nvmlInit()
-    yield sim
-    pynvml.nvmlShutdown()
-    sim.uninstall()
+    """The simulator, and the replaying api object over it."""
+    with FakeNvml(quiet(default_fleet())) as sim:
+        api = precomputed_api(sim)
+        api.nvmlInit()
+        yield sim, api
+        api.nvmlShutdown()
 
 
-def temperatures(rounds: int) -> list[int]:
-    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    return [pynvml.nvmlDeviceGetTemperature(handle, 0) for _ in range(rounds)]
+def temperatures(api, rounds: int) -> list[int]:
+    handle = api.nvmlDeviceGetHandleByIndex(0)
+    return [api.nvmlDeviceGetTemperature(handle, 0) for _ in range(rounds)]
 
 
 def test_the_first_answers_are_computed_then_replayed_in_turn(replayed):
-    before = replayed.calls["nvmlDeviceGetTemperature"]
-    seen = temperatures(3 * CYCLE)
+    sim, api = replayed
+    before = sim.calls["nvmlDeviceGetTemperature"]
+    seen = temperatures(api, 3 * CYCLE)
     # Computed (and counted by the simulator) only for the first CYCLE calls.
-    assert replayed.calls["nvmlDeviceGetTemperature"] - before == CYCLE
+    assert sim.calls["nvmlDeviceGetTemperature"] - before == CYCLE
     assert seen[CYCLE:] == seen[:CYCLE] * 2
 
 
 def test_each_argument_set_has_its_own_answers(replayed):
-    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(len(replayed.gpus))]
-    uuids = [pynvml.nvmlDeviceGetUUID(h) for h in handles for _ in range(CYCLE + 1)]
-    assert uuids == [g.uuid for g in replayed.gpus for _ in range(CYCLE + 1)]
+    sim, api = replayed
+    handles = [api.nvmlDeviceGetHandleByIndex(i) for i in range(len(sim.gpus))]
+    uuids = [api.nvmlDeviceGetUUID(h) for h in handles for _ in range(CYCLE + 1)]
+    assert uuids == [g.uuid for g in sim.gpus for _ in range(CYCLE + 1)]
     # A fresh handle object for the same GPU is the same argument.
-    again = pynvml.nvmlDeviceGetHandleByIndex(3)
-    assert pynvml.nvmlDeviceGetUUID(again) == replayed.gpus[3].uuid
+    again = api.nvmlDeviceGetHandleByIndex(3)
+    assert api.nvmlDeviceGetUUID(again) == sim.gpus[3].uuid
 
 
 def test_errors_are_replayed_as_fresh_exceptions(replayed):
-    mig_parent = next(i for i, g in enumerate(replayed.gpus) if g.mig_enabled)
-    handle = pynvml.nvmlDeviceGetHandleByIndex(mig_parent)
+    sim, api = replayed
+    mig_parent = next(i for i, g in enumerate(sim.gpus) if g.mig_enabled)
+    handle = api.nvmlDeviceGetHandleByIndex(mig_parent)
     raised = []
     for _ in range(2 * CYCLE):
         with pytest.raises(pynvml.NVMLError_NotSupported) as info:
-            pynvml.nvmlDeviceGetUtilizationRates(handle)
+            api.nvmlDeviceGetUtilizationRates(handle)
         raised.append(info.value)
     assert len({id(e) for e in raised[CYCLE:]}) == CYCLE  # never one object raised twice
 
 
 def test_stateful_calls_pass_through(replayed):
-    first = pynvml.nvmlGpmSampleAlloc()
-    second = pynvml.nvmlGpmSampleAlloc()
+    _, api = replayed
+    first = api.nvmlGpmSampleAlloc()
+    second = api.nvmlGpmSampleAlloc()
     assert first.contents is not None and bytes(first) != bytes(second)
-    pynvml.nvmlGpmSampleFree(first)
-    pynvml.nvmlGpmSampleFree(second)
+    api.nvmlGpmSampleFree(first)
+    api.nvmlGpmSampleFree(second)
 
 
 def test_the_exporter_sees_the_same_node_as_on_the_live_simulator(replayed):
     """Same families, same devices, same label sets: only the cost differs. (The sweep that
     replays the first answer again sees NVLink's counters go back and has no rate: CYCLE + 3
     sweeps end two answers past it.)"""
-    renderer = Renderer(LabelConfig(node_name="node-a"))
-    replayed_series = _series(renderer.render_body(_swept(CYCLE + 3)))
-    pynvml.nvmlShutdown()
-    replayed.uninstall()
-    live = FakeNvml(quiet(default_fleet())).install()
-    try:
-        live_series = _series(renderer.render_body(_swept(CYCLE + 3)))
-    finally:
-        live.uninstall()
-        replayed.install()
-        pynvml.nvmlInit()
+    labels = LabelConfig(node_name="node-a")
+    _, api = replayed
+    replayed_series = _series(render_body(_swept(NvmlSource(api), CYCLE + 3), labels))
+    with FakeNvml(quiet(default_fleet())) as live:
+        live_series = _series(render_body(_swept(live.source(), CYCLE + 3), labels))
     assert replayed_series == live_series
     assert any(name.startswith("DCGM_FI_PROF_") for name, _ in replayed_series)  # GPM replayed
 
 
-def _swept(rounds: int):
-    poller = Poller(CollectionConfig(), lambda _: None, helper_threads=False)
+def _swept(nvml: NvmlSource, rounds: int):
+    stepped = SteppedHelpers()
+    poller = Poller(CollectionConfig(), lambda _: None, nvml, runner=stepped)
     try:
         for _ in range(rounds):
-            poller.run_helpers_once()
+            stepped.run_once()
             snapshot = poller.sweep()
     finally:
         poller.stop()

@@ -2,7 +2,7 @@
 in timestamp windows, MIG instances (memory only, never the parent handle), the v2 -> v1 and
 _v3 -> _v2 fallbacks, owners from a `PidOwners`, and failures that stay on their GPU.
 
-Most tests patch stand-ins for the process calls over the simulator's GPUs, so that each NVML
+Most tests put stand-ins for the process calls on the simulator's api object, so that each NVML
 answer (NOT_FOUND, a missing symbol, a windowed sample list) is exactly the one a test needs; the
 last ones run against the simulator's own process table."""
 
@@ -24,17 +24,18 @@ from exporter.config import CollectionConfig
 from exporter.nvml.error_tally import ErrorTally
 from exporter.nvml.guarded_calls import GuardedNvml
 from exporter.nvml.helper import LiveGpu
-from exporter.nvml.helper_registry import build_helpers
+from exporter.nvml.helper_registry import HelperInputs, build_helpers
 from exporter.nvml.mig_reader import MigReader
 from exporter.nvml.process_sampler import ProcessSampler
 from exporter.poller import Poller
-from exporter.processes.owner import EXITED, HOST, ProcessOwner
+from exporter.processes.owner import EXITED, HOST
 from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.fleet import default_fleet
 from exporter.simulator.processes import ProcessTable
-from exporter.snapshot import GpuIdentity, GpuProcess, GpuSnapshot
-from tests.conftest import FAST, fleet_from_yaml, quiet
+from exporter.simulator.stepped_time import SteppedHelpers
+from exporter.snapshot import GpuIdentity, GpuProcess, GpuSnapshot, ProcessOwner
+from tests.conftest import FAST, fast_source, fleet_from_yaml, quiet
 
 # Two whole GPUs and a MIG GPU with two instances.
 FLEET = """
@@ -70,18 +71,21 @@ class StandIn:
     # (function, uuid) per call, and the timestamps each utilization call asked from.
     calls: Counter[tuple[str, str]] = field(default_factory=Counter)
     asked_since: dict[str, list[int]] = field(default_factory=dict)
+    # The simulator's api object the stand-ins are put on; they ask it for device uuids.
+    api: Any = None
 
-    def install(self) -> ExitStack:
+    def install(self, api: Any) -> ExitStack:
+        self.api = api
         stack = ExitStack()
         for kind, table in _LIST_FUNCTIONS.items():
             for suffix in ("", "_v2"):
                 name = f"nvmlDeviceGet{kind}RunningProcesses{suffix}"
                 stack.enter_context(
-                    mock.patch.object(pynvml, name, self._lister(name, getattr(self, table)))
+                    mock.patch.object(api, name, self._lister(name, getattr(self, table)))
                 )
         stack.enter_context(
             mock.patch.object(
-                pynvml,
+                api,
                 "nvmlDeviceGetProcessesUtilizationInfo",
                 self._sampler(
                     "nvmlDeviceGetProcessesUtilizationInfo",
@@ -93,7 +97,7 @@ class StandIn:
         )
         stack.enter_context(
             mock.patch.object(
-                pynvml,
+                api,
                 "nvmlDeviceGetProcessUtilization",
                 self._sampler(
                     "nvmlDeviceGetProcessUtilization",
@@ -113,7 +117,7 @@ class StandIn:
 
     def _lister(self, name: str, table: dict[str, list[tuple[int, int | None]]]) -> Callable:
         def list_processes(handle: Any) -> list[Any]:
-            uuid = pynvml.nvmlDeviceGetUUID(handle)
+            uuid = self.api.nvmlDeviceGetUUID(handle)
             self.calls[(name, uuid)] += 1
             self._raise_if_told(name, uuid)
             rows = []
@@ -135,7 +139,7 @@ class StandIn:
 
     def _sampler(self, name: str, make: Callable[[int, int, int], Any]) -> Callable:
         def utilization(handle: Any, since: int) -> list[Any]:
-            uuid = pynvml.nvmlDeviceGetUUID(handle)
+            uuid = self.api.nvmlDeviceGetUUID(handle)
             self.calls[(name, uuid)] += 1
             self.asked_since.setdefault(uuid, []).append(since)
             self._raise_if_told(name, uuid)
@@ -173,15 +177,15 @@ SERVER = ProcessOwner("uid-b", "c-b", "web", "server-1", "model")
 @pytest.fixture
 def sim(make_sim: Callable[..., FakeNvml]) -> Iterator[FakeNvml]:
     sim = make_sim(fleet_from_yaml(FLEET))
-    pynvml.nvmlInit()
+    sim.api.nvmlInit()
     yield sim
-    pynvml.nvmlShutdown()
+    sim.api.nvmlShutdown()
 
 
 @pytest.fixture
-def nvml() -> Iterator[StandIn]:
+def nvml(sim: FakeNvml) -> Iterator[StandIn]:
     stand_in = StandIn()
-    with stand_in.install():
+    with stand_in.install(sim.api):
         yield stand_in
 
 
@@ -218,7 +222,7 @@ def make_sampler(
     samplers: list[ProcessSampler] = []
 
     def make(pid_owners: FakeOwners = owners) -> ProcessSampler:
-        nvml = GuardedNvml(tally)
+        nvml = GuardedNvml(tally, sim.api)
         sampler = ProcessSampler(nvml, MigReader(nvml, 60.0), pid_owners, interval_seconds=0.05)
         sampler.track(live(sim))
         samplers.append(sampler)
@@ -369,7 +373,7 @@ def test_samples_at_or_before_the_window_start_are_ignored(sim, nvml, make_sampl
     sampler.sample_once()
     # A driver that hands back the boundary sample with a new one must not count it twice.
     with mock.patch.object(
-        pynvml,
+        sim.api,
         "nvmlDeviceGetProcessesUtilizationInfo",
         lambda handle, since: [
             pynvml.c_nvmlProcessUtilizationInfo_v1_t(timeStamp=2_000, pid=101, smUtil=90),
@@ -538,12 +542,14 @@ def test_invalidate_starts_the_windows_again(sim, nvml, make_sampler):
 # ---- wiring ----
 
 
-def test_the_registry_adds_the_sampler_only_when_enabled(owners):
+def test_the_registry_adds_the_sampler_only_when_enabled(sim, owners):
     tally = ErrorTally()
-    nvml = GuardedNvml(tally)
+    source = sim.source()
+    nvml = GuardedNvml(tally, source.api)
 
     def names(config: CollectionConfig, **kwargs: Any) -> list[str]:
-        return [h.collector for h in build_helpers(config, nvml, tally, lambda u: None, **kwargs)]
+        inputs = HelperInputs(config, source, nvml, tally, lambda u: None, **kwargs)
+        return [h.collector for h in build_helpers(inputs)]
 
     enabled = CollectionConfig(processes_enabled=True)
     assert names(enabled, pid_owners=owners) == ["xid", "pcie", "gpm", "processes"]
@@ -556,10 +562,13 @@ def test_the_poller_reports_processes_per_gpu(sim, nvml, owners):
     nvml.compute[sim.gpus[0].uuid] = [(101, GIB)]
     nvml.compute[mig_uuids(sim)[min(mig_uuids(sim))]] = [(201, GIB)]
     config = replace(FAST, processes_enabled=True, xid_enabled=False, gpm_enabled=False)
-    poller = Poller(config, lambda s: None, workers=4, helper_threads=False, pid_owners=owners)
+    stepped = SteppedHelpers()
+    poller = Poller(
+        config, lambda s: None, fast_source(sim), workers=4, runner=stepped, pid_owners=owners
+    )
     try:
         poller.sweep()  # tells the helpers which GPUs answered
-        poller.run_helpers_once()
+        stepped.run_once()
         snapshot = poller.sweep()
     finally:
         poller.stop(timeout=2.0)
@@ -589,19 +598,19 @@ class SimNode:
         if driver_version is not None:
             fleet = replace(fleet, driver_version=driver_version)
         self.t = 0.0
-        self.nvml = FakeNvml(fleet, clock=lambda: self.t).install()
-        pynvml.nvmlInit()
-        self.nvml.processes = ProcessTable(self.nvml, FakeKubelet(self.nvml, tmp_path / "k.sock"))
+        self.nvml = FakeNvml(fleet, clock=lambda: self.t)
+        self.nvml.api.nvmlInit()
+        self.table = ProcessTable(self.nvml, FakeKubelet(self.nvml, tmp_path / "k.sock"))
+        self.nvml.processes = self.table
         self.tally = ErrorTally()
-        guarded = GuardedNvml(self.tally)
+        guarded = GuardedNvml(self.tally, self.nvml.api)
         self.sampler = ProcessSampler(
             guarded, MigReader(guarded, 60.0), self.owners(), interval_seconds=1.0
         )
         self.sampler.track(live(self.nvml))
 
     def owners(self) -> FakeOwners:
-        table = self.nvml.processes
-        assert table is not None
+        table = self.table
         return FakeOwners(
             {
                 p.pid: HOST
@@ -623,8 +632,8 @@ class SimNode:
 
     def close(self) -> None:
         self.sampler.stop()
-        pynvml.nvmlShutdown()
-        self.nvml.uninstall()
+        self.nvml.api.nvmlShutdown()
+        self.nvml.close()
 
 
 @pytest.fixture
@@ -670,8 +679,7 @@ def test_an_exited_process_leaves_the_next_round(node: SimNode):
     gpu = node.nvml.gpus[3]
     before = node.sampler.latest(gpu.uuid) or ()
     gone = before[0].pid
-    assert node.nvml.processes is not None
-    node.nvml.processes.exit(gone)
+    node.table.exit(gone)
     node.round()
     after = node.sampler.latest(gpu.uuid) or ()
     assert gone not in {p.pid for p in after} and len(after) == len(before) - 1

@@ -216,7 +216,7 @@ def sim_with_processes(frozen_sim: FakeNvml, tmp_path: Path) -> FakeNvml:
 def test_our_process_list_is_what_the_simulator_runs(sim_with_processes: FakeNvml) -> None:
     sim = sim_with_processes
     assert sim.processes is not None
-    listed = nvml_processes()
+    listed = nvml_processes(sim.api)
     assert set(listed) == {bus_id_key(g.pci_bus_id) for g in sim.gpus}
     t = sim.now()
     busy = 0

@@ -20,6 +20,7 @@ from exporter.config import CollectionConfig
 from exporter.poller import Poller
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.fleet import default_fleet
+from exporter.simulator.stepped_time import SteppedHelpers
 from tests.conftest import quiet, render
 
 # `nvidia-smi -q -x` of an idle NVIDIA H200 (driver 580.159.04), as captured.
@@ -192,8 +193,9 @@ def exposition(frozen_sim: FakeNvml) -> str:
     poller = Poller(
         CollectionConfig(xid_enabled=False, pcie_enabled=False),
         lambda snapshot: None,
+        frozen_sim.source(),
         workers=4,
-        helper_threads=False,
+        runner=SteppedHelpers(),
     )
     try:
         return render(poller.sweep())
@@ -203,7 +205,7 @@ def exposition(frozen_sim: FakeNvml) -> str:
 
 def test_nvml_facts_agree_with_the_simulator(frozen_sim: FakeNvml) -> None:
     support: dict[str, str] = {}
-    facts = nvml_facts(support)
+    facts = nvml_facts(frozen_sim.api, support)
     t = frozen_sim.now()
     assert len(facts) == len(frozen_sim.gpus)
     for gpu in frozen_sim.gpus:
@@ -243,8 +245,10 @@ def test_memory_used_is_the_structs_field_as_is(
         free=132033 * MIB,
         used=11122 * MIB,
     )
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetMemoryInfo", lambda handle, version=None: board)
-    facts = nvml_facts()
+    monkeypatch.setattr(
+        frozen_sim.api, "nvmlDeviceGetMemoryInfo", lambda handle, version=None: board
+    )
+    facts = nvml_facts(frozen_sim.api)
     assert {f.memory_used_bytes for f in facts.values()} == {11122 * MIB}
     assert {f.memory_total_bytes for f in facts.values()} == {143771 * MIB}
 
@@ -253,11 +257,11 @@ def test_a_driver_without_v2_gives_v1s_used_with_the_reservation() -> None:
     """Before R510 there is only v1, whose `used` counts the reservation; nvidia-smi and DCGM
     show that figure on such a driver, and so does the reference."""
     fleet = replace(quiet(default_fleet()), driver_version="470.223.02")
-    sim = FakeNvml(fleet, clock=lambda: 0.0).install()
-    pynvml.nvmlInit()
+    sim = FakeNvml(fleet, clock=lambda: 0.0)
+    sim.api.nvmlInit()
     try:
         support: dict[str, str] = {}
-        facts = nvml_facts(support)
+        facts = nvml_facts(sim.api, support)
         t = sim.now()
         for gpu in sim.gpus:
             _total, reserved, used, _free = gpu.memory(t)
@@ -265,8 +269,8 @@ def test_a_driver_without_v2_gives_v1s_used_with_the_reservation() -> None:
             assert facts[bus_id_key(gpu.pci_bus_id)].memory_used_bytes == used + reserved
         assert support["nvmlDeviceGetMemoryInfo"] == "ok"
     finally:
-        pynvml.nvmlShutdown()
-        sim.uninstall()
+        sim.api.nvmlShutdown()
+        sim.close()
 
 
 def test_the_independent_reads_share_no_code_with_the_exporter() -> None:
@@ -285,7 +289,7 @@ def test_the_independent_reads_share_no_code_with_the_exporter() -> None:
 def test_nvml_facts_name_what_the_driver_refuses(frozen_sim: FakeNvml) -> None:
     frozen_sim.faults.fail("nvmlDeviceGetPowerUsage", pynvml.NVML_ERROR_NOT_SUPPORTED)
     support: dict[str, str] = {}
-    facts = nvml_facts(support)
+    facts = nvml_facts(frozen_sim.api, support)
     assert support["nvmlDeviceGetPowerUsage"] == "NOT_SUPPORTED"
     assert all(f.power_w is None for f in facts.values())
 
@@ -295,7 +299,7 @@ def _failed(checks: list[Check]) -> list[Check]:
 
 
 def test_the_exporter_agrees_with_our_own_nvml_reads(frozen_sim: FakeNvml, exposition: str) -> None:
-    reference = nvml_facts()
+    reference = nvml_facts(frozen_sim.api)
     checks = compare(exposition, reference, "nvml")
     assert _failed(checks) == []
     whole = [g for g in frozen_sim.gpus if not g.mig_enabled]
@@ -321,7 +325,7 @@ def test_a_temperature_20_degrees_off_fails_that_check_only(
     frozen_sim: FakeNvml, exposition: str
 ) -> None:
     target = frozen_sim.gpus[0].pci_bus_id
-    checks = compare(_with_temperature(exposition, target, 20), nvml_facts(), "nvml")
+    checks = compare(_with_temperature(exposition, target, 20), nvml_facts(frozen_sim.api), "nvml")
     [failed] = _failed(checks)
     assert (failed.family, failed.gpu, failed.tolerance) == (
         "DCGM_FI_DEV_GPU_TEMP",
@@ -334,7 +338,7 @@ def test_a_temperature_20_degrees_off_fails_that_check_only(
 
 def test_a_temperature_within_three_degrees_passes(frozen_sim: FakeNvml, exposition: str) -> None:
     edited = _with_temperature(exposition, frozen_sim.gpus[0].pci_bus_id, 3)
-    assert _failed(compare(edited, nvml_facts(), "nvml")) == []
+    assert _failed(compare(edited, nvml_facts(frozen_sim.api), "nvml")) == []
 
 
 def test_a_family_the_exporter_drops_fails_as_missing(
@@ -343,7 +347,7 @@ def test_a_family_the_exporter_drops_fails_as_missing(
     edited = "\n".join(
         line for line in exposition.splitlines() if "DCGM_FI_DEV_POWER_USAGE" not in line
     )
-    failed = _failed(compare(edited + "\n", nvml_facts(), "nvml"))
+    failed = _failed(compare(edited + "\n", nvml_facts(frozen_sim.api), "nvml"))
     whole = [g for g in frozen_sim.gpus if not g.mig_enabled]
     assert len(failed) == len(whole)
     assert {(c.family, c.note, c.exported) for c in failed} == {
@@ -352,7 +356,7 @@ def test_a_family_the_exporter_drops_fails_as_missing(
 
 
 def test_a_wrong_model_name_fails_identity(frozen_sim: FakeNvml, exposition: str) -> None:
-    reference = nvml_facts()
+    reference = nvml_facts(frozen_sim.api)
     key = bus_id_key(frozen_sim.gpus[0].pci_bus_id)
     reference[key] = replace(reference[key], name="NVIDIA H200")
     [failed] = _failed(compare(exposition, reference, "nvml"))
@@ -364,7 +368,7 @@ def test_a_wrong_model_name_fails_identity(frozen_sim: FakeNvml, exposition: str
 
 
 def test_a_reference_na_is_noted_not_failed(frozen_sim: FakeNvml, exposition: str) -> None:
-    reference = nvml_facts()
+    reference = nvml_facts(frozen_sim.api)
     key = bus_id_key(frozen_sim.gpus[0].pci_bus_id)
     reference[key] = replace(reference[key], sm_clock_mhz=None)
     checks = compare(exposition, reference, "nvidia-smi")
@@ -375,7 +379,7 @@ def test_a_reference_na_is_noted_not_failed(frozen_sim: FakeNvml, exposition: st
 
 
 def test_gpus_on_one_side_only_fail(frozen_sim: FakeNvml, exposition: str) -> None:
-    reference = nvml_facts()
+    reference = nvml_facts(frozen_sim.api)
     dropped = bus_id_key(frozen_sim.gpus[0].pci_bus_id)
     del reference[dropped]
     reference["00000000:ff:00.0"] = GpuFacts(name="NVIDIA H200", temperature_c=40.0)
@@ -389,7 +393,7 @@ def test_ecc_on_without_its_counters_fails(frozen_sim: FakeNvml, exposition: str
     edited = "".join(
         line for line in exposition.splitlines(keepends=True) if "ECC_DBE_VOL_TOTAL" not in line
     )
-    failed = _failed(compare(edited, nvml_facts(), "nvml"))
+    failed = _failed(compare(edited, nvml_facts(frozen_sim.api), "nvml"))
     ecc_on = [g for g in frozen_sim.gpus if g.ecc_enabled and not g.mig_enabled]
     assert ecc_on
     assert sorted(c.gpu for c in failed) == sorted(bus_id_key(g.pci_bus_id) for g in ecc_on)

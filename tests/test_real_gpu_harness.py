@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pynvml
 import pytest
@@ -221,23 +222,32 @@ def test_timed_calls_cover_every_call_of_the_sweep() -> None:
     called = set(re.findall(r'"(nvml[A-Za-z0-9_]+)"', source))
     # The deprecated spelling is only tried where the newer one is missing from the driver.
     fallbacks = {"nvmlDeviceGetCurrentClocksThrottleReasons"}
-    timed = {spec.label.split("(", 1)[0] for spec in timed_calls()}
+    timed = {spec.label.split("(", 1)[0] for spec in timed_calls(pynvml)}
     assert called - fallbacks - timed == set()
 
 
-def test_the_sweeps_field_batch_leaves_out_the_fields_read_now_and_then(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+class _FieldBatches:
+    """An NVML that answers nothing and notes the ids each labelled field batch asks for."""
+
+    def __init__(self) -> None:
+        self.label = ""
+        self.asked: dict[str, list[object]] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+    def nvmlDeviceGetFieldValues(self, handle: Any, ids: list[object]) -> None:
+        self.asked.setdefault(self.label, list(ids))
+
+
+def test_the_sweeps_field_batch_leaves_out_the_fields_read_now_and_then() -> None:
     """Where the exporter reads its slow fields (energy, PCIe replays, ECC, remapping) only now
     and then, the batch of every sweep is timed without them and the full one apart."""
-    asked: dict[str, list[object]] = {}
-    batches = [t for t in timed_calls() if t.label.startswith("nvmlDeviceGetFieldValues")]
+    nvml = _FieldBatches()
+    asked = nvml.asked
+    batches = [t for t in timed_calls(nvml) if t.label.startswith("nvmlDeviceGetFieldValues")]
     for spec in batches:
-        monkeypatch.setattr(
-            pynvml,
-            "nvmlDeviceGetFieldValues",
-            lambda h, ids, label=spec.label: asked.setdefault(label, list(ids)),
-        )
+        nvml.label = spec.label
         spec.call(None)
     every = [t.label for t in batches if t.per_sweep]
     assert len(every) == 1
@@ -251,17 +261,17 @@ def test_the_sweeps_field_batch_leaves_out_the_fields_read_now_and_then(
 @pytest.fixture
 def slow_sim() -> Iterator[FakeNvml]:
     """The default fleet with its call latency on, the PCIe window shortened."""
-    sim = FakeNvml(replace(default_fleet(), pcie_window_ms=2.0)).install()
-    pynvml.nvmlInit()
+    sim = FakeNvml(replace(default_fleet(), pcie_window_ms=2.0))
+    sim.api.nvmlInit()
     yield sim
-    pynvml.nvmlShutdown()
-    sim.uninstall()
+    sim.api.nvmlShutdown()
+    sim.close()
 
 
 def test_timings_see_the_simulators_costs(slow_sim: FakeNvml) -> None:
     """The fake charges each call the CPU its cost model says (call_costs.py); the timings
     must find at least that much of it on the calling thread, and the PCIe window as a wait."""
-    timings = time_nvml_calls(repeats=10)
+    timings = time_nvml_calls(slow_sim.api, repeats=10)
     assert {t.label for t in timings} >= {
         "nvmlDeviceGetTemperature",
         "nvmlGpmMetricsGet",
@@ -285,7 +295,7 @@ def test_timings_see_the_simulators_costs(slow_sim: FakeNvml) -> None:
 
 
 def test_each_field_is_timed_alone_and_the_costly_ones_flagged(slow_sim: FakeNvml) -> None:
-    fields = time_fields(repeats=10)
+    fields = time_fields(slow_sim.api, repeats=10)
     requested = field_requests()
     assert len(fields) == len(requested) == len(BATCHED_FIELDS) + 2 + len(NVLINK_FIELDS) + 1
     # The exporter asks for NVLink fields per link; link 0 stands for them all.
@@ -327,7 +337,7 @@ def test_field_return_codes_are_named() -> None:
 
 
 def test_device_record_of_the_simulated_model(slow_sim: FakeNvml) -> None:
-    record = device_record("simulated", {"nvmlDeviceGetEccMode": "ok"})
+    record = device_record(slow_sim.api, "simulated", {"nvmlDeviceGetEccMode": "ok"})
     assert tuple(record) == RECORD_KEYS
     assert record["model_name"] == "NVIDIA H100 80GB HBM3"
     assert re.fullmatch(r"0x[0-9A-F]{8}", record["pci_device_id"])

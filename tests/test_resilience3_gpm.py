@@ -16,8 +16,9 @@ import pytest
 
 from exporter.poller import Poller
 from exporter.simulator.fake_nvml import FakeNvml
+from exporter.simulator.stepped_time import SteppedHelpers
 from exporter.snapshot import GpuSnapshot, NodeSnapshot
-from tests.conftest import FAST
+from tests.conftest import FAST, fast_source
 
 # A sweep or round that has not returned by then is hung: each takes milliseconds here.
 HANG_S = 5.0
@@ -50,22 +51,27 @@ def _timed_sweep(poller: Poller, sim: FakeNvml) -> tuple[NodeSnapshot | None, fl
 
 
 @pytest.fixture
-def poller(sim: FakeNvml) -> Iterator[Poller]:
+def stepped() -> SteppedHelpers:
+    return SteppedHelpers()
+
+
+@pytest.fixture
+def poller(sim: FakeNvml, stepped: SteppedHelpers) -> Iterator[Poller]:
     # GPM alone, without helper threads: the test runs each round on a thread it controls, so
     # that it knows which round published what.
     config = replace(FAST, xid_enabled=False, pcie_enabled=False, gpm_enabled=True)
-    poller = Poller(config, lambda s: None, workers=8, helper_threads=False)
+    poller = Poller(config, lambda s: None, fast_source(sim), workers=8, runner=stepped)
     yield poller
     sim.faults.release_all()
     poller.stop(timeout=2.0)
 
 
 def test_a_driver_reload_does_not_wait_for_a_stuck_gpm_round_and_its_late_results_are_dropped(
-    sim: FakeNvml, poller: Poller
+    sim: FakeNvml, poller: Poller, stepped: SteppedHelpers
 ) -> None:
     poller.sweep()
-    poller.run_helpers_once()
-    poller.run_helpers_once()  # two samples per entity: the first readings
+    stepped.run_once()
+    stepped.run_once()  # two samples per entity: the first readings
     before = poller.sweep()
     assert all(_profiled(g) for g in before.gpus) and _gpm_ok(before)
     entities = sum(len(g.live_instances()) if g.mig_enabled else 1 for g in sim.gpus)
@@ -74,7 +80,7 @@ def test_a_driver_reload_does_not_wait_for_a_stuck_gpm_round_and_its_late_result
     # The round's last GPU hangs, after it has read all the others from the driver in use.
     last = sim.gpus[-1]
     sim.faults.hang("nvmlGpmMigSampleGet" if last.mig_enabled else "nvmlGpmSampleGet", last.index)
-    stuck = threading.Thread(target=poller.run_helpers_once, name="stuck-gpm-round", daemon=True)
+    stuck = threading.Thread(target=stepped.run_once, name="stuck-gpm-round", daemon=True)
     stuck.start()
     deadline = time.monotonic() + HANG_S
     while sim.faults.hung_calls == 0:
@@ -107,8 +113,8 @@ def test_a_driver_reload_does_not_wait_for_a_stuck_gpm_round_and_its_late_result
     assert not _gpm_ok(late)
 
     # The new driver's rounds take over with fresh buffers, as many as before.
-    poller.run_helpers_once()
-    poller.run_helpers_once()
+    stepped.run_once()
+    stepped.run_once()
     after = poller.sweep()
     assert all(_profiled(g) for g in after.gpus) and _gpm_ok(after)
     assert sim.gpm_samples_allocated == 2 * entities

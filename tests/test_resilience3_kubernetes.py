@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.exposition.context import AttributionContext
+from exporter.attribution.context import AttributionContext
 from exporter.kubernetes.watcher import KubernetesWatcher
 from tests.conftest import wait_for
 from tests.fake_kube_api import SLICES, FakeKubeApi, write_kubeconfig

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import pynvml
 import pytest
 
 from exporter.nvml.error_tally import ErrorTally
@@ -24,14 +23,14 @@ from exporter.nvml.process_sampler import ProcessSampler
 from exporter.podresources.allocations import from_responses
 from exporter.podresources.attribution import attribute
 from exporter.processes.host_pids import HostPidOwners
-from exporter.processes.owner import HOST, ProcessOwner
+from exporter.processes.owner import HOST
 from exporter.processes.pod_usage import UNATTRIBUTED, pod_usage
 from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.fleet import default_fleet
 from exporter.simulator.host_tree import HostTree
 from exporter.simulator.processes import ProcessTable
-from exporter.snapshot import GpuIdentity, GpuSnapshot, NodeSnapshot
+from exporter.snapshot import GpuIdentity, GpuSnapshot, NodeSnapshot, ProcessOwner
 from tests import test_pid_owners as owners_tests
 from tests.conftest import quiet
 
@@ -197,8 +196,8 @@ def _usage_of_gpu0(tmp_path: Path, forge: bool) -> tuple[dict[str, int], dict[st
     user's subtree named after GPU 0's pod. Also returns the host process's memory."""
     fleet = quiet(replace(default_fleet(), cgroup_layout="systemd-containerd-v2"))
     # A frozen clock: both runs see the same workload, so their rows compare exactly.
-    sim = FakeNvml(fleet, clock=lambda: 1000.0).install()
-    pynvml.nvmlInit()
+    sim = FakeNvml(fleet, clock=lambda: 1000.0)
+    sim.api.nvmlInit()
     try:
         kubelet = FakeKubelet(sim, tmp_path / "kubelet.sock")
         sim.processes = table = ProcessTable(sim, kubelet)
@@ -214,7 +213,7 @@ def _usage_of_gpu0(tmp_path: Path, forge: bool) -> tuple[dict[str, int], dict[st
                 f"0::{USER}/kubepods-pod{victim.pod_uid.replace('-', '_')}.slice/"
                 f"cri-containerd-{victim.container_id}.scope\n"
             )
-        nvml = GuardedNvml(ErrorTally())
+        nvml = GuardedNvml(ErrorTally(), sim.api)
         owners = HostPidOwners(tree.proc_root, tree.log_root)
         sampler = ProcessSampler(nvml, MigReader(nvml, 60.0), owners, interval_seconds=1.0)
         gpu = sim.gpus[host.gpu_index]
@@ -245,8 +244,8 @@ def _usage_of_gpu0(tmp_path: Path, forge: bool) -> tuple[dict[str, int], dict[st
         memory["(unattributed)"] = device.by_container[UNATTRIBUTED].memory_bytes or 0
         return memory, dict(device.unattributed), host_memory
     finally:
-        pynvml.nvmlShutdown()
-        sim.uninstall()
+        sim.api.nvmlShutdown()
+        sim.close()
 
 
 def test_a_host_process_moved_under_a_users_look_alike_stays_on_the_host_row(

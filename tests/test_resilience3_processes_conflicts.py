@@ -19,11 +19,13 @@ from exporter.poller import Poller
 from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.host_tree import HostTree
-from exporter.simulator.processes import ProcessTable, SimContainer
+from exporter.simulator.processes import ProcessTable
+from exporter.simulator.sim_process import SimContainer
+from exporter.simulator.stepped_time import SteppedHelpers
 from exporter.snapshot import NodeSnapshot
 from tests import test_pid_owners as owners_tests
 from tests import test_resilience3_processes_log_names as log_names
-from tests.conftest import FAST, render
+from tests.conftest import FAST, fast_source, render
 
 FAMILY = "kube_gpu_exporter_process_log_name_conflicts"
 
@@ -46,14 +48,15 @@ def _config(tree: HostTree, processes: bool = True) -> CollectionConfig:
     )
 
 
-def _scraped(config: CollectionConfig) -> NodeSnapshot:
+def _scraped(sim: FakeNvml, config: CollectionConfig) -> NodeSnapshot:
     """A snapshot after one process-accounting round, as the exporter wires it (its own
     HostPidOwners over the configured roots); the round runs on this thread, so that the sweep
     after it reports it."""
-    poller = Poller(config, lambda s: None, workers=8, helper_threads=False)
+    stepped = SteppedHelpers()
+    poller = Poller(config, lambda s: None, fast_source(sim), workers=8, runner=stepped)
     try:
         poller.sweep()
-        poller.run_helpers_once()
+        stepped.run_once()
         return poller.sweep()
     finally:
         poller.stop(timeout=2.0)
@@ -63,13 +66,15 @@ def _busy_container(tree: HostTree) -> SimContainer:
     return next(p.container for p in tree.table.processes() if p.container is not None)
 
 
-def test_two_log_names_for_one_container_id_are_counted_and_exported(tree: HostTree) -> None:
+def test_two_log_names_for_one_container_id_are_counted_and_exported(
+    sim: FakeNvml, tree: HostTree
+) -> None:
     real = _busy_container(tree)
     # A pod that mounts the host's /var/log writable plants a second name for the same ID.
     owners_tests.add_container_log(tree.log_root, "billing-0", "prod", real.name, real.container_id)
     assert len(list((tree.log_root / "containers").glob(f"*-{real.container_id}.log"))) == 2
 
-    snapshot = _scraped(_config(tree))
+    snapshot = _scraped(sim, _config(tree))
     assert snapshot.process_log_name_conflicts == 1
     text = render(snapshot)
     assert f"# HELP {FAMILY} Container IDs or pod UIDs" in text
@@ -95,13 +100,15 @@ def test_two_log_names_for_one_container_id_are_counted_and_exported(tree: HostT
     assert named == {(real.namespace, real.pod)}
 
 
-def test_no_conflict_reads_zero_and_no_process_accounting_no_family(tree: HostTree) -> None:
-    snapshot = _scraped(_config(tree))
+def test_no_conflict_reads_zero_and_no_process_accounting_no_family(
+    sim: FakeNvml, tree: HostTree
+) -> None:
+    snapshot = _scraped(sim, _config(tree))
     assert snapshot.process_log_name_conflicts == 0
     assert f"\n{FAMILY} 0\n" in render(snapshot)
 
     # Off: nothing looked, so no 0 that would read as "looked, found none".
-    off = _scraped(_config(tree, processes=False))
+    off = _scraped(sim, _config(tree, processes=False))
     assert off.process_log_name_conflicts is None
     assert FAMILY not in render(off)
 

@@ -21,9 +21,8 @@ from exporter.podresources.attribution import attribute
 from exporter.podresources.device_ids import parse_device_id
 from exporter.processes.host_pids import HostPidOwners
 from exporter.processes.kubelet_logs import ContainerNames, KubeletLogIndex
-from exporter.processes.owner import ProcessOwner
 from exporter.processes.pod_usage import NOT_HOLDER, UNATTRIBUTED, pod_usage
-from exporter.snapshot import GpuIdentity, GpuProcess, GpuSnapshot, NodeSnapshot
+from exporter.snapshot import GpuIdentity, GpuProcess, GpuSnapshot, NodeSnapshot, ProcessOwner
 from tests import test_pid_owners as owners_tests
 
 UID = owners_tests.UID

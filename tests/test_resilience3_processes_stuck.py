@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import pynvml
 import pytest
 
 from exporter.background import PeriodicSampler
@@ -28,14 +27,14 @@ from exporter.nvml.mig_reader import MigReader
 from exporter.nvml.process_sampler import ProcessSampler
 from exporter.poller import Poller
 from exporter.processes.host_pids import HostPidOwners
-from exporter.processes.owner import OTHER_PID_NAMESPACE, ProcessOwner
+from exporter.processes.owner import OTHER_PID_NAMESPACE
 from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.host_tree import HostTree
 from exporter.simulator.processes import ProcessTable
-from exporter.snapshot import NodeSnapshot
+from exporter.snapshot import NodeSnapshot, ProcessOwner
 from tests import test_pid_owners as owners_tests
-from tests.conftest import FAST, wait_for
+from tests.conftest import FAST, fast_source, wait_for
 
 # A round that has not returned by then is hung, not slow: every read here takes microseconds.
 HANG_S = 5.0
@@ -112,9 +111,9 @@ def test_fifos_and_devices_in_the_proc_root_are_refused_at_once_with_one_line_ea
 def node(sim: FakeNvml, tmp_path: Path) -> Iterator[tuple[ProcessTable, HostTree]]:
     table = ProcessTable(sim, FakeKubelet(sim, tmp_path / "kubelet.sock"))
     sim.processes = table
-    pynvml.nvmlInit()
+    sim.api.nvmlInit()
     yield table, HostTree(table, tmp_path / "host").refresh()
-    pynvml.nvmlShutdown()
+    sim.api.nvmlShutdown()
 
 
 def test_a_fifo_skips_its_pid_and_the_round_reads_every_other(
@@ -126,7 +125,7 @@ def test_a_fifo_skips_its_pid_and_the_round_reads_every_other(
     fifo = tree.proc_root / str(victim.pid) / "stat"
     fifo.unlink()
     os.mkfifo(fifo)
-    nvml = GuardedNvml(ErrorTally())
+    nvml = GuardedNvml(ErrorTally(), sim.api)
     owners = HostPidOwners(tree.proc_root, tree.log_root)
     sampler = ProcessSampler(nvml, MigReader(nvml, 60.0), owners, interval_seconds=1.0)
     sampler.track(
@@ -202,7 +201,7 @@ def test_a_stuck_round_reads_failed_and_a_driver_reload_does_not_wait_for_it(
         pcie_interval_seconds=0.2,
     )
     owners = StuckOwners()
-    poller = Poller(config, lambda s: None, workers=8, pid_owners=owners)
+    poller = Poller(config, lambda s: None, fast_source(sim), workers=8, pid_owners=owners)
     try:
         # A round has run: its processes are merged into the sweep.
         assert wait_for(lambda: any(g.processes for g in poller.sweep().gpus), timeout=HANG_S)

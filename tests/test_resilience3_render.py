@@ -13,12 +13,12 @@ from dataclasses import replace
 
 import pytest
 
-from exporter.exposition.context import AttributionContext
+from exporter.attribution.context import AttributionContext
 from exporter.exposition.renderer import Renderer
 from exporter.exposition.store import ExpositionStore
 from exporter.exposition.text_format import escape_label_value, label_body
 from exporter.podresources.allocations import PodResourcesSnapshot
-from tests.conftest import LABELS, render, unexpected_lint_findings
+from tests.conftest import LABELS, joined_with, render, unexpected_lint_findings
 from tests.fake_kube_api import FakeKubeApi, write_kubeconfig
 from tests.test_process import scrape_until, start_exporter
 
@@ -39,7 +39,7 @@ def test_a_lone_surrogate_in_a_label_value_becomes_the_replacement_character() -
 
 
 def test_one_gpu_whose_value_cannot_render_costs_only_its_own_series(make_poller, sim) -> None:
-    snapshot = make_poller().sweep()
+    snapshot = make_poller(sim).sweep()
     broken = snapshot.gpus[3]
     assert broken.readings is not None
     gpus = list(snapshot.gpus)
@@ -58,7 +58,7 @@ def test_one_gpu_whose_value_cannot_render_costs_only_its_own_series(make_poller
 
 
 def test_a_pod_join_that_fails_leaves_the_device_series_without_pods(make_poller, sim) -> None:
-    snapshot = make_poller().sweep()
+    snapshot = make_poller(sim).sweep()
     # An allocations list that is not one: the join fails as a whole.
     pods = PodResourcesSnapshot(None, None, (), 0.0)  # type: ignore[arg-type]
     text = render(snapshot, context=AttributionContext(pods=pods))
@@ -69,13 +69,13 @@ def test_a_pod_join_that_fails_leaves_the_device_series_without_pods(make_poller
 
 
 class _Exploding(Renderer):
-    def render_body(self, snapshot, context=None):
+    def render_body(self, node):
         raise RuntimeError("boom")
 
 
 def test_a_renderer_that_raises_does_not_reach_the_poller(make_poller, sim, caplog) -> None:
-    store = ExpositionStore(_Exploding(LABELS))
-    poller = make_poller(publish=store.publish)
+    store = ExpositionStore(_Exploding(LABELS), joined_with())
+    poller = make_poller(sim, publish=store.publish)
     for _ in range(3):
         store.publish(poller.sweep())  # raised into the poller's loop before
     assert store.latest is not None and store.current is None

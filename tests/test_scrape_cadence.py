@@ -144,20 +144,22 @@ class Node:
         energy: EnergyEstimates | None = None,
     ) -> None:
         self.clock = clock
-        self.sim = FakeNvml(quiet(default_fleet()), clock=clock).install()
-        pynvml.nvmlInit()
-        self.handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        self.sim = FakeNvml(quiet(default_fleet()), clock=clock)
+        self.sim.api.nvmlInit()
+        self.handle = self.sim.api.nvmlDeviceGetHandleByIndex(0)
         self.requests: list[list[Any]] = []
-        batch = pynvml.nvmlDeviceGetFieldValues
+        batch = self.sim.api.nvmlDeviceGetFieldValues
 
         def recorded(handle: Any, fields: list[Any]) -> Any:
             if fields != [pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT]:  # asked once, for the plan
                 self.requests.append(list(fields))
             return batch(handle, fields)
 
-        pynvml.nvmlDeviceGetFieldValues = recorded
+        self.sim.api.nvmlDeviceGetFieldValues = recorded
         cadence = ScrapeCadence(interval, 1.0, schedule.next_scrape_in, clock)
-        self.reader = DeviceReader(GuardedNvml(ErrorTally()), threading.Lock(), cadence, energy)
+        self.reader = DeviceReader(
+            GuardedNvml(ErrorTally(), self.sim.api), threading.Lock(), cadence, energy
+        )
         self.identity = self.reader.read_identity(0, self.handle)
 
     def sweep(self) -> GpuReadings:
@@ -182,7 +184,7 @@ def node_factory() -> Iterator[Callable[..., Node]]:
 
     yield make
     for node in nodes:
-        node.sim.uninstall()
+        node.sim.close()
 
 
 def test_at_a_1s_poll_with_15s_scrapes_energy_is_read_once_a_scrape_and_moves_each_time(
@@ -250,7 +252,7 @@ def test_with_no_cadence_every_sweep_reads_the_slow_fields(
 ) -> None:
     clock = Clock()
     node = node_factory(clock, ScrapeSchedule(clock))
-    node.reader = DeviceReader(GuardedNvml(ErrorTally()), threading.Lock(), None)
+    node.reader = DeviceReader(GuardedNvml(ErrorTally(), node.sim.api), threading.Lock(), None)
     for _ in range(3):
         node.sweep()
         clock.now += 1.0
@@ -312,12 +314,12 @@ def test_a_driver_reload_reads_the_counter_at_once(node_factory: Callable[..., N
 
 
 def test_gpm_samples_only_when_its_cadence_says(sim: FakeNvml) -> None:
-    pynvml.nvmlInit()
-    uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(0))
+    sim.api.nvmlInit()
+    uuid = sim.api.nvmlDeviceGetUUID(sim.api.nvmlDeviceGetHandleByIndex(0))
     clock = Clock()
     scrape: list[float | None] = [None]
     sampler = GpmSampler(
-        GuardedNvml(ErrorTally()), 1.0, helper_cadence(1.0, lambda: scrape[0], clock)
+        GuardedNvml(ErrorTally(), sim.api), 1.0, helper_cadence(1.0, lambda: scrape[0], clock)
     )
     sampler.track([LiveGpu(0, uuid)])
     sampler.run_once()  # a GPU new to the sampler: sampled at once

@@ -7,7 +7,7 @@ import asyncio
 from exporter.exposition.renderer import Renderer
 from exporter.exposition.scrape_schedule import MAX_SCRAPERS, ScrapeSchedule
 from exporter.exposition.store import ExpositionStore
-from tests.conftest import LABELS
+from tests.conftest import LABELS, joined_with
 from tests.test_server import client_for, current
 
 
@@ -101,8 +101,10 @@ def test_too_many_addresses_render_every_snapshot():
 
 def test_store_keeps_an_unread_snapshot_unrendered_and_renders_it_when_asked(sim, make_poller):
     clock = Clock()
-    store = ExpositionStore(Renderer(LABELS), interval_seconds=1.0, schedule=learnt(clock, 15.0))
-    poller = make_poller()
+    store = ExpositionStore(
+        Renderer(LABELS), joined_with(), interval_seconds=1.0, schedule=learnt(clock, 15.0)
+    )
+    poller = make_poller(sim)
     first = poller.sweep()
     clock.now += 1.0
     store.publish(first)
@@ -119,8 +121,10 @@ def test_store_keeps_an_unread_snapshot_unrendered_and_renders_it_when_asked(sim
 
 async def test_a_scrape_always_gets_the_newest_snapshot(sim, make_poller):
     clock = Clock()
-    store = ExpositionStore(Renderer(LABELS), interval_seconds=1.0, schedule=learnt(clock, 15.0))
-    poller = make_poller()
+    store = ExpositionStore(
+        Renderer(LABELS), joined_with(), interval_seconds=1.0, schedule=learnt(clock, 15.0)
+    )
+    poller = make_poller(sim)
     client = await client_for(store)
     try:
         assert (await client.get("/readyz")).status == 503
@@ -139,7 +143,7 @@ async def test_a_scrape_always_gets_the_newest_snapshot(sim, make_poller):
 
 
 async def test_before_the_first_snapshot_metrics_and_readyz_answer_503():
-    store = ExpositionStore(Renderer(LABELS), interval_seconds=1.0)
+    store = ExpositionStore(Renderer(LABELS), joined_with(), interval_seconds=1.0)
     client = await client_for(store)
     try:
         response = await client.get("/metrics")

@@ -11,8 +11,8 @@ from types import MappingProxyType
 
 import pytest
 
+from exporter.attribution.context import AttributionContext
 from exporter.config import LabelConfig
-from exporter.exposition.context import AttributionContext
 from exporter.kubernetes.pod_metadata import (
     EMPTY_VIEW,
     KubernetesView,
@@ -123,7 +123,7 @@ def temperatures(samples: list[tuple[str, dict[str, str]]], gpu: int) -> list[di
 
 @pytest.fixture
 def node(sim, make_poller) -> NodeSnapshot:
-    return make_poller().sweep()
+    return make_poller(sim).sweep()
 
 
 TRAINER = api_pod(

@@ -18,7 +18,7 @@ from exporter.errors import ConfigurationError
 from exporter.exposition.store import Exposition, ExpositionStore
 from exporter.poller import Poller
 from exporter.server import accepts_gzip, bind_listeners, build_app, split_listen_address
-from tests.conftest import FAST, store_for, wait_for
+from tests.conftest import FAST, fast_source, store_for, wait_for
 from tests.test_process import free_port
 
 WEB = WebConfig(stale_after_seconds=15.0, health_max_age_seconds=60.0)
@@ -39,7 +39,7 @@ def current(store: ExpositionStore) -> Exposition:
 
 async def test_metrics_served_plain_and_gzip(sim, make_poller):
     store = store_for()
-    store.publish(make_poller().sweep())
+    store.publish(make_poller(sim).sweep())
     client = await client_for(store)
     try:
         plain = await client.get("/metrics", headers={"Accept-Encoding": "identity"})
@@ -63,7 +63,7 @@ async def test_metrics_served_plain_and_gzip(sim, make_poller):
 
 async def test_head_and_method_and_path_errors(sim, make_poller):
     store = store_for()
-    store.publish(make_poller().sweep())
+    store.publish(make_poller(sim).sweep())
     client = await client_for(store)
     try:
         assert (await client.head("/metrics")).status == 200
@@ -83,7 +83,7 @@ async def test_readyz_waits_for_the_first_snapshot(sim, make_poller):
         assert (await client.get("/readyz")).status == 503
         assert (await client.get("/metrics")).status == 503
         assert (await client.get("/healthz")).status == 200  # starting is not unhealthy
-        store.publish(make_poller().sweep())
+        store.publish(make_poller(sim).sweep())
         assert (await client.get("/readyz")).status == 200
         assert (await client.get("/metrics")).status == 200
     finally:
@@ -92,7 +92,7 @@ async def test_readyz_waits_for_the_first_snapshot(sim, make_poller):
 
 async def test_healthz_fails_when_the_poller_thread_died(sim, make_poller):
     store = store_for()
-    store.publish(make_poller().sweep())
+    store.publish(make_poller(sim).sweep())
     client = await client_for(store, problem=lambda: "the nvml-poller thread has stopped")
     try:
         response = await client.get("/healthz")
@@ -106,7 +106,7 @@ async def test_hanging_nvml_call_gives_stale_snapshot_and_unhealthy_healthz(sim)
     /healthz turns unhealthy after the configured bound."""
     store = store_for()
     web = WebConfig(stale_after_seconds=0.5, health_max_age_seconds=1.0)
-    poller = Poller(replace(FAST, interval_seconds=0.1), store.publish)
+    poller = Poller(replace(FAST, interval_seconds=0.1), store.publish, fast_source(sim))
     poller.start()
     client = await client_for(store, web, lambda: thread_problem(poller))
     try:
@@ -136,7 +136,7 @@ async def test_hanging_nvml_call_gives_stale_snapshot_and_unhealthy_healthz(sim)
 
 async def test_concurrent_scrapes_all_succeed_with_the_same_body(sim, make_poller):
     store = store_for()
-    store.publish(make_poller().sweep())
+    store.publish(make_poller(sim).sweep())
     client = await client_for(store)
     try:
 
@@ -213,7 +213,7 @@ def test_bound_listeners_are_listening():
 async def test_real_http_client_against_served_app(sim, make_poller):
     """aiohttp's own client, as a second independent HTTP peer."""
     store = store_for()
-    store.publish(make_poller().sweep())
+    store.publish(make_poller(sim).sweep())
     client = await client_for(store)
     try:
         url = str(client.make_url("/metrics"))
@@ -226,7 +226,7 @@ async def test_real_http_client_against_served_app(sim, make_poller):
 
 async def test_clients_hanging_up_leave_no_tasks_or_connections(sim, make_poller):
     store = store_for()
-    store.publish(make_poller().sweep())
+    store.publish(make_poller(sim).sweep())
     client = await client_for(store)
     try:
         await client.get("/metrics")  # warm

@@ -19,7 +19,7 @@ from exporter.simulator.cluster_state import TEAM_LABEL, node_labels
 from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.node import simulated_node
-from exporter.simulator.processes import pod_uid
+from exporter.simulator.processes import ProcessTable, pod_uid
 from tests.test_process import scrape_until, start_exporter
 
 SYNC_DEADLINE_SECONDS = 10.0
@@ -76,7 +76,7 @@ def test_the_watcher_reads_the_simulated_nodes_pods_with_the_process_tables_uids
         for (namespace, name), meta in view.pods.items():
             assert meta.uid == pod_uid(seed, namespace, name)
         # Process accounting names its pods by the same UIDs.
-        assert nvml.processes is not None
+        assert isinstance(nvml.processes, ProcessTable)
         table_uids = {c.pod_uid for c in nvml.processes.containers}
         assert table_uids and table_uids <= {m.uid for m in view.pods.values()}
         training = view.pods[("ml-training", "llm-pretrain-worker-0")]

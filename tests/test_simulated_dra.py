@@ -84,40 +84,43 @@ def ask(kubelet: FakeKubelet) -> tuple[api_pb2.ListPodResourcesResponse, PodReso
     return listing, from_responses(listing, allocatable, frozenset(), 0.0)
 
 
-def nvml_view() -> dict[int, tuple[int, str, list[tuple[str, str, int | None, int | None]]]]:
-    """Per GPU index, from the installed simulator through pynvml: the minor number, the UUID,
-    and of each MIG device its UUID, profile, and, where NVML tells (a privileged caller), its
-    GI profile ID and placement start."""
-    pynvml.nvmlInit()
+def nvml_view(
+    sim: FakeNvml,
+) -> dict[int, tuple[int, str, list[tuple[str, str, int | None, int | None]]]]:
+    """Per GPU index, from the simulator's api object: the minor number, the UUID, and of each
+    MIG device its UUID, profile, and, where NVML tells (a privileged caller), its GI profile ID
+    and placement start."""
+    nvml = sim.api
+    nvml.nvmlInit()
     try:
         view = {}
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
             migs = []
-            if pynvml.nvmlDeviceGetMigMode(handle)[0]:
-                for slot in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            if nvml.nvmlDeviceGetMigMode(handle)[0]:
+                for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
                     try:
-                        mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+                        mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
                     except pynvml.NVMLError_NotFound:
                         continue
-                    profile = pynvml.nvmlDeviceGetName(mig).rsplit(" MIG ", 1)[1]
-                    gi = pynvml.nvmlDeviceGetGpuInstanceId(mig)
+                    profile = nvml.nvmlDeviceGetName(mig).rsplit(" MIG ", 1)[1]
+                    gi = nvml.nvmlDeviceGetGpuInstanceId(mig)
                     try:
-                        info = pynvml.nvmlGpuInstanceGetInfo(
-                            pynvml.nvmlDeviceGetGpuInstanceById(handle, gi)
+                        info = nvml.nvmlGpuInstanceGetInfo(
+                            nvml.nvmlDeviceGetGpuInstanceById(handle, gi)
                         )
                         placed = (info.profileId, info.placement.start)
                     except pynvml.NVMLError_NoPermission:
                         placed = (None, None)
-                    migs.append((pynvml.nvmlDeviceGetUUID(mig), profile, *placed))
+                    migs.append((nvml.nvmlDeviceGetUUID(mig), profile, *placed))
             view[index] = (
-                pynvml.nvmlDeviceGetMinorNumber(handle),
-                pynvml.nvmlDeviceGetUUID(handle),
+                nvml.nvmlDeviceGetMinorNumber(handle),
+                nvml.nvmlDeviceGetUUID(handle),
                 migs,
             )
         return view
     finally:
-        pynvml.nvmlShutdown()
+        nvml.nvmlShutdown()
 
 
 # ---- built-in fleets and --simulate NAME ----
@@ -178,7 +181,7 @@ def test_dra_claims_are_listed_with_the_drivers_names(dra_sim, serve):
     assert set(kubelet.dra_devices()) == DRA_HELD | DRA_FREE
     assert {h.pool for h in snapshot.dra_allocations} == {DRA_NODE}
     # Names follow NVML: the minor number, and the MIG device's profile and placement.
-    view = nvml_view()
+    view = nvml_view(dra_sim)
     for name, (gpu, instance) in kubelet.dra_devices().items():
         parsed = parse_dra_device_name(name)
         assert parsed is not None and parsed.minor == view[gpu.index][0], name
@@ -371,7 +374,7 @@ def test_resource_slices_match_nvml(dra_sim, api_version):
         1,
     )
     assert model.metadata.name and model.metadata.uid and model.metadata.resource_version
-    view = nvml_view()
+    view = nvml_view(dra_sim)
     uuids = {uuid: index for index, (_, uuid, _) in view.items()}
     migs = {mig[0]: (index, mig[1]) for index, (_, _, m) in view.items() for mig in m}
     seen = {}

@@ -48,15 +48,19 @@ class Node:
     table: ProcessTable
     clock: list[float]
 
+    @property
+    def api(self) -> Any:
+        return self.nvml.api
+
     def handle(self, index: int) -> object:
-        return pynvml.nvmlDeviceGetHandleByIndex(index)
+        return self.api.nvmlDeviceGetHandleByIndex(index)
 
     def mig_handles(self, index: int) -> list[object]:
         parent = self.handle(index)
         handles = []
-        for slot in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(parent)):
+        for slot in range(self.api.nvmlDeviceGetMaxMigDeviceCount(parent)):
             try:
-                handles.append(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, slot))
+                handles.append(self.api.nvmlDeviceGetMigDeviceHandleByIndex(parent, slot))
             except pynvml.NVMLError_NotFound:
                 continue
         return handles
@@ -68,19 +72,18 @@ def make_node(tmp_path: Path) -> Iterator[Callable[..., Node]]:
 
     def make(fleet: FleetSpec | None = None, table: bool = True) -> Node:
         clock = [START]
-        nvml = FakeNvml(quiet(fleet or default_fleet()), clock=lambda: clock[0]).install()
+        nvml = FakeNvml(quiet(fleet or default_fleet()), clock=lambda: clock[0])
         started.append(nvml)
         kubelet = FakeKubelet(nvml, tmp_path / f"{len(started)}.sock")  # never served
         processes = ProcessTable(nvml, kubelet)
         if table:
             nvml.processes = processes
-        pynvml.nvmlInit()
+        nvml.api.nvmlInit()
         return Node(nvml, kubelet, processes, clock)
 
     yield make
-    # Newest first: each install saved the functions the one before it had put in place.
-    for nvml in reversed(started):
-        nvml.uninstall()
+    for nvml in started:
+        nvml.close()
 
 
 @pytest.fixture
@@ -94,7 +97,7 @@ def _whole_gpus(node: Node) -> list[int]:
 
 def _samples_by_pid(node: Node, index: int) -> dict[int, Any]:
     try:
-        samples = pynvml.nvmlDeviceGetProcessUtilization(node.handle(index), 0)
+        samples = node.api.nvmlDeviceGetProcessUtilization(node.handle(index), 0)
     except pynvml.NVMLError_NotFound:
         return {}
     return {s.pid: s for s in samples}
@@ -176,8 +179,8 @@ def test_process_memory_adds_up_to_at_most_the_devices_used_memory(
         for index, gpu in enumerate(node.nvml.gpus):
             handles = node.mig_handles(index) if gpu.mig_enabled else [node.handle(index)]
             for handle in handles:
-                processes = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-                memory = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+                processes = node.api.nvmlDeviceGetComputeRunningProcesses(handle)
+                memory = node.api.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
                 used = memory.used  # v2: what allocations hold, the reservation apart
                 total = sum(p.usedGpuMemory for p in processes)
                 assert total <= used
@@ -196,7 +199,7 @@ def test_process_sm_use_adds_up_to_the_devices_utilization(
     for t in (START, START + 33.3, START + 401.0, START + 1234.5):
         node.clock[0] = t
         for index in _whole_gpus(node):
-            device = pynvml.nvmlDeviceGetUtilizationRates(node.handle(index))
+            device = node.api.nvmlDeviceGetUtilizationRates(node.handle(index))
             samples = _samples_by_pid(node, index).values()
             if not [p for p in node.table.processes() if p.gpu_index == index]:
                 continue
@@ -211,7 +214,7 @@ def test_the_time_sliced_gpu_shows_three_distinct_plausible_pod_shares(node: Nod
     pods = {p.split("/", 1)[1] for p in node.kubelet.pods_using(gpu)}
     assert len(pods) == 3 and all(p.startswith("chat-api-") for p in pods)
     memory: dict[str, int] = defaultdict(int)
-    for process in pynvml.nvmlDeviceGetComputeRunningProcesses(node.handle(TIME_SLICED_GPU)):
+    for process in node.api.nvmlDeviceGetComputeRunningProcesses(node.handle(TIME_SLICED_GPU)):
         owner = node.table.get(process.pid)
         assert owner is not None and owner.container is not None
         memory[owner.container.pod] += process.usedGpuMemory
@@ -245,7 +248,7 @@ def test_shares_follow_the_workload_wave_while_pids_stay(node: Node) -> None:
 
 
 def test_process_lists_have_the_bindings_shape(node: Node) -> None:
-    processes = pynvml.nvmlDeviceGetComputeRunningProcesses(node.handle(TIME_SLICED_GPU))
+    processes = node.api.nvmlDeviceGetComputeRunningProcesses(node.handle(TIME_SLICED_GPU))
     assert processes and all(isinstance(p, pynvml.nvmlFriendlyObject) for p in processes)
     first = processes[0]
     assert set(vars(first)) == {"pid", "usedGpuMemory", "gpuInstanceId", "computeInstanceId"}
@@ -255,24 +258,24 @@ def test_process_lists_have_the_bindings_shape(node: Node) -> None:
         "nvmlDeviceGetComputeRunningProcesses_v3",
         "nvmlDeviceGetComputeRunningProcesses_v2",
     ):
-        again = getattr(pynvml, name)(node.handle(TIME_SLICED_GPU))
+        again = getattr(node.api, name)(node.handle(TIME_SLICED_GPU))
         assert [vars(p) for p in again] == [vars(p) for p in processes]
     for kind in ("Graphics", "MPSCompute"):
         for suffix in ("", "_v2", "_v3"):
-            listed = getattr(pynvml, f"nvmlDeviceGet{kind}RunningProcesses{suffix}")
+            listed = getattr(node.api, f"nvmlDeviceGet{kind}RunningProcesses{suffix}")
             assert listed(node.handle(TIME_SLICED_GPU)) == []
 
 
 def test_utilization_samples_are_the_bindings_structs(node: Node) -> None:
     handle = node.handle(TIME_SLICED_GPU)
-    old = pynvml.nvmlDeviceGetProcessUtilization(handle, 0)
-    new = pynvml.nvmlDeviceGetProcessesUtilizationInfo(handle, 0)
+    old = node.api.nvmlDeviceGetProcessUtilization(handle, 0)
+    new = node.api.nvmlDeviceGetProcessesUtilizationInfo(handle, 0)
     assert old and all(isinstance(s, pynvml.c_nvmlProcessUtilizationSample_t) for s in old)
     assert new and all(isinstance(s, pynvml.c_nvmlProcessUtilizationInfo_v1_t) for s in new)
     assert [(s.pid, s.smUtil, s.memUtil, s.decUtil) for s in old] == [
         (s.pid, s.smUtil, s.memUtil, s.decUtil) for s in new
     ]
-    listed = {p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)}
+    listed = {p.pid for p in node.api.nvmlDeviceGetComputeRunningProcesses(handle)}
     assert {s.pid for s in old} <= listed
     # Microseconds since 1970, like the driver's CPU timestamps.
     assert 1.5e15 < old[0].timeStamp < 4e15
@@ -281,8 +284,8 @@ def test_utilization_samples_are_the_bindings_structs(node: Node) -> None:
 def test_samples_are_windowed_by_timestamp(node: Node) -> None:
     handle = node.handle(TIME_SLICED_GPU)
     for call in (
-        pynvml.nvmlDeviceGetProcessUtilization,
-        pynvml.nvmlDeviceGetProcessesUtilizationInfo,
+        node.api.nvmlDeviceGetProcessUtilization,
+        node.api.nvmlDeviceGetProcessesUtilizationInfo,
     ):
         first = call(handle, 0)
         stamp = max(s.timeStamp for s in first)
@@ -298,24 +301,24 @@ def test_samples_are_windowed_by_timestamp(node: Node) -> None:
 
 def test_no_busy_process_is_not_found(node: Node) -> None:
     idle = next(g.index for g in node.nvml.gpus if g.spec.workload == "idle")
-    assert pynvml.nvmlDeviceGetComputeRunningProcesses(node.handle(idle)) == []
+    assert node.api.nvmlDeviceGetComputeRunningProcesses(node.handle(idle)) == []
     with pytest.raises(pynvml.NVMLError_NotFound):
-        pynvml.nvmlDeviceGetProcessUtilization(node.handle(idle), 0)
+        node.api.nvmlDeviceGetProcessUtilization(node.handle(idle), 0)
     # A busy GPU turned idle keeps its processes, which hold nothing and use nothing.
     node.nvml.set_workload(TIME_SLICED_GPU, "idle")
-    listed = pynvml.nvmlDeviceGetComputeRunningProcesses(node.handle(TIME_SLICED_GPU))
+    listed = node.api.nvmlDeviceGetComputeRunningProcesses(node.handle(TIME_SLICED_GPU))
     assert listed and all(p.usedGpuMemory == 0 for p in listed)
     with pytest.raises(pynvml.NVMLError_NotFound):
-        pynvml.nvmlDeviceGetProcessesUtilizationInfo(node.handle(TIME_SLICED_GPU), 0)
+        node.api.nvmlDeviceGetProcessesUtilizationInfo(node.handle(TIME_SLICED_GPU), 0)
 
 
 def test_without_a_table_nothing_runs(make_node: Callable[..., Node]) -> None:
     node = make_node(table=False)
-    assert pynvml.nvmlDeviceGetComputeRunningProcesses(node.handle(TIME_SLICED_GPU)) == []
+    assert node.api.nvmlDeviceGetComputeRunningProcesses(node.handle(TIME_SLICED_GPU)) == []
     with pytest.raises(pynvml.NVMLError_NotFound):
-        pynvml.nvmlDeviceGetProcessUtilization(node.handle(TIME_SLICED_GPU), 0)
+        node.api.nvmlDeviceGetProcessUtilization(node.handle(TIME_SLICED_GPU), 0)
     for handle in node.mig_handles(6):
-        assert pynvml.nvmlDeviceGetComputeRunningProcesses(handle) == []
+        assert node.api.nvmlDeviceGetComputeRunningProcesses(handle) == []
 
 
 def test_mig_lists_per_instance_and_the_parent_needs_privileges(
@@ -326,12 +329,12 @@ def test_mig_lists_per_instance_and_the_parent_needs_privileges(
     parent = node.handle(mig_gpu.index)
     for kind in ("Compute", "Graphics", "MPSCompute"):
         with pytest.raises(pynvml.NVMLError_NoPermission):
-            getattr(pynvml, f"nvmlDeviceGet{kind}RunningProcesses")(parent)
+            getattr(node.api, f"nvmlDeviceGet{kind}RunningProcesses")(parent)
     per_instance = []
     for handle in node.mig_handles(mig_gpu.index):
-        gi = pynvml.nvmlDeviceGetGpuInstanceId(handle)
-        ci = pynvml.nvmlDeviceGetComputeInstanceId(handle)
-        listed = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        gi = node.api.nvmlDeviceGetGpuInstanceId(handle)
+        ci = node.api.nvmlDeviceGetComputeInstanceId(handle)
+        listed = node.api.nvmlDeviceGetComputeRunningProcesses(handle)
         assert all((p.gpuInstanceId, p.computeInstanceId) == (gi, ci) for p in listed)
         assert {p.pid for p in listed} == {
             p.pid
@@ -340,20 +343,22 @@ def test_mig_lists_per_instance_and_the_parent_needs_privileges(
         }
         per_instance += [vars(p) for p in listed]
         for call in (
-            pynvml.nvmlDeviceGetProcessUtilization,
-            pynvml.nvmlDeviceGetProcessesUtilizationInfo,
+            node.api.nvmlDeviceGetProcessUtilization,
+            node.api.nvmlDeviceGetProcessesUtilizationInfo,
         ):
             with pytest.raises(pynvml.NVMLError_NotSupported):
                 call(handle, 0)
     assert len(per_instance) >= 3
     for call in (
-        pynvml.nvmlDeviceGetProcessUtilization,
-        pynvml.nvmlDeviceGetProcessesUtilizationInfo,
+        node.api.nvmlDeviceGetProcessUtilization,
+        node.api.nvmlDeviceGetProcessesUtilizationInfo,
     ):
         with pytest.raises(pynvml.NVMLError_NotSupported):
             call(parent, 0)
     privileged = make_node(replace(default_fleet(), nvml_privileged=True))
-    aggregate = pynvml.nvmlDeviceGetComputeRunningProcesses(privileged.handle(mig_gpu.index))
+    aggregate = privileged.api.nvmlDeviceGetComputeRunningProcesses(
+        privileged.handle(mig_gpu.index)
+    )
     key = lambda p: (p["gpuInstanceId"], p["pid"])  # noqa: E731
     assert sorted((vars(p) for p in aggregate), key=key) == sorted(per_instance, key=key)
 
@@ -385,11 +390,11 @@ def test_process_calls_follow_the_driver(
 ) -> None:
     node = make_node(_fleet_with_driver(driver))
     handle = node.handle(0)
-    assert pynvml.nvmlDeviceGetComputeRunningProcesses_v2(handle)
-    assert pynvml.nvmlDeviceGetProcessUtilization(handle, 0)
+    assert node.api.nvmlDeviceGetComputeRunningProcesses_v2(handle)
+    assert node.api.nvmlDeviceGetProcessUtilization(handle, 0)
     for kind in ("Compute", "Graphics", "MPSCompute"):
-        versioned = getattr(pynvml, f"nvmlDeviceGet{kind}RunningProcesses_v3")
-        unversioned = getattr(pynvml, f"nvmlDeviceGet{kind}RunningProcesses")
+        versioned = getattr(node.api, f"nvmlDeviceGet{kind}RunningProcesses_v3")
+        unversioned = getattr(node.api, f"nvmlDeviceGet{kind}RunningProcesses")
         if v3_lists:
             assert [vars(p) for p in versioned(handle)] == [vars(p) for p in unversioned(handle)]
             continue
@@ -399,10 +404,10 @@ def test_process_calls_follow_the_driver(
         with pytest.raises(pynvml.NVMLLibraryMismatchError):
             unversioned(handle)
     if utilization_info:
-        assert pynvml.nvmlDeviceGetProcessesUtilizationInfo(handle, 0)
+        assert node.api.nvmlDeviceGetProcessesUtilizationInfo(handle, 0)
     else:
         with pytest.raises(pynvml.NVMLError_FunctionNotFound):
-            pynvml.nvmlDeviceGetProcessesUtilizationInfo(handle, 0)
+            node.api.nvmlDeviceGetProcessesUtilizationInfo(handle, 0)
 
 
 # ---- PIDs that exit and come back ----
@@ -411,10 +416,10 @@ def test_process_calls_follow_the_driver(
 def test_an_exited_process_leaves_nvml_and_proc(node: Node, tmp_path: Path) -> None:
     tree = HostTree(node.table, tmp_path / "host").refresh()
     handle = node.handle(TIME_SLICED_GPU)
-    victim = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)[0].pid
+    victim = node.api.nvmlDeviceGetComputeRunningProcesses(handle)[0].pid
     assert (tree.proc_root / str(victim) / "stat").is_file()
     node.table.exit(victim)
-    assert victim not in {p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)}
+    assert victim not in {p.pid for p in node.api.nvmlDeviceGetComputeRunningProcesses(handle)}
     assert victim not in _samples_by_pid(node, TIME_SLICED_GPU)
     # Until the tree catches up, /proc still shows it: the race the collector must survive.
     assert (tree.proc_root / str(victim)).is_dir()
@@ -439,9 +444,9 @@ def test_a_reused_pid_gets_a_new_start_time_and_another_container(
     new = node.table.reuse_pid(old.pid, like=like.pid)
     assert (new.pid, new.container, new.gpu_index) == (old.pid, like.container, HOST_GPU)
     assert new.start_ticks == ticks_at(node.nvml.now()) > old.start_ticks
-    listed = {p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(node.handle(HOST_GPU))}
+    listed = {p.pid for p in node.api.nvmlDeviceGetComputeRunningProcesses(node.handle(HOST_GPU))}
     assert old.pid in listed
-    sliced = pynvml.nvmlDeviceGetComputeRunningProcesses(node.handle(TIME_SLICED_GPU))
+    sliced = node.api.nvmlDeviceGetComputeRunningProcesses(node.handle(TIME_SLICED_GPU))
     assert old.pid not in {p.pid for p in sliced}
     tree.refresh()
     new_stat = _stat(tree.proc_root / str(old.pid) / "stat")

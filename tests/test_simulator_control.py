@@ -34,7 +34,7 @@ from tests.test_process import get, scrape_until, start_exporter
 
 @pytest.fixture
 async def control(sim, tmp_path):
-    pynvml.nvmlInit()
+    sim.api.nvmlInit()
     kubelet = FakeKubelet(sim, tmp_path / "kubelet.sock")
     app = web.Application()
     add_control_routes(app, sim, kubelet)
@@ -42,7 +42,7 @@ async def control(sim, tmp_path):
     await client.start_server()
     yield client, kubelet
     await client.close()
-    pynvml.nvmlShutdown()
+    sim.api.nvmlShutdown()
 
 
 async def post(client: TestClient, path: str, body: object | None = None):
@@ -52,8 +52,8 @@ async def post(client: TestClient, path: str, body: object | None = None):
     )
 
 
-def handle(index: int):
-    return pynvml.nvmlDeviceGetHandleByIndex(index)
+def handle(sim: FakeNvml, index: int):
+    return sim.api.nvmlDeviceGetHandleByIndex(index)
 
 
 async def test_gpus_lists_state_and_the_pods_holding_each(control):
@@ -95,75 +95,75 @@ async def test_the_index_page_links_the_control_api(sim, tmp_path):
         await client.close()
 
 
-async def test_xid_is_delivered_as_an_nvml_event(control):
+async def test_xid_is_delivered_as_an_nvml_event(control, sim):
     client, _ = control
-    events = pynvml.nvmlEventSetCreate()
-    pynvml.nvmlDeviceRegisterEvents(handle(2), pynvml.nvmlEventTypeXidCriticalError, events)
+    events = sim.api.nvmlEventSetCreate()
+    sim.api.nvmlDeviceRegisterEvents(handle(sim, 2), pynvml.nvmlEventTypeXidCriticalError, events)
     try:
         assert (await post(client, "2/xid", {"xid": 79}))[0] == 200
-        event = pynvml.nvmlEventSetWait_v2(events, 1000)
+        event = sim.api.nvmlEventSetWait_v2(events, 1000)
         assert (event.eventType, event.eventData) == (pynvml.nvmlEventTypeXidCriticalError, 79)
     finally:
-        pynvml.nvmlEventSetFree(events)
+        sim.api.nvmlEventSetFree(events)
 
 
-async def test_uncorrectable_ecc_error_until_reset(control):
+async def test_uncorrectable_ecc_error_until_reset(control, sim):
     client, _ = control
     dbe, volatile, aggregate = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, 0, 1
-    before = pynvml.nvmlDeviceGetTotalEccErrors(handle(1), dbe, aggregate)
+    before = sim.api.nvmlDeviceGetTotalEccErrors(handle(sim, 1), dbe, aggregate)
     assert (await post(client, "1/ecc", {"count": 2}))[0] == 200
-    assert pynvml.nvmlDeviceGetTotalEccErrors(handle(1), dbe, volatile) == 2
-    assert pynvml.nvmlDeviceGetRemappedRows(handle(1))[3] == 0  # failure
-    assert pynvml.nvmlDeviceGetRemappedRows(handle(1))[2] == 1  # pending
+    assert sim.api.nvmlDeviceGetTotalEccErrors(handle(sim, 1), dbe, volatile) == 2
+    assert sim.api.nvmlDeviceGetRemappedRows(handle(sim, 1))[3] == 0  # failure
+    assert sim.api.nvmlDeviceGetRemappedRows(handle(sim, 1))[2] == 1  # pending
     assert (await post(client, "1/reset"))[0] == 200
-    assert pynvml.nvmlDeviceGetTotalEccErrors(handle(1), dbe, volatile) == 0
-    assert pynvml.nvmlDeviceGetTotalEccErrors(handle(1), dbe, aggregate) == before + 2
-    assert pynvml.nvmlDeviceGetRemappedRows(handle(1))[2] == 0
+    assert sim.api.nvmlDeviceGetTotalEccErrors(handle(sim, 1), dbe, volatile) == 0
+    assert sim.api.nvmlDeviceGetTotalEccErrors(handle(sim, 1), dbe, aggregate) == before + 2
+    assert sim.api.nvmlDeviceGetRemappedRows(handle(sim, 1))[2] == 0
 
 
-async def test_temperature_offset_and_its_clearing(control):
+async def test_temperature_offset_and_its_clearing(control, sim):
     client, _ = control
     sensor = pynvml.NVML_TEMPERATURE_GPU
     status, state = await post(client, "4/temperature", {"offset_celsius": 40})
     assert status == 200 and state["temperature_offset_celsius"] == 40
-    assert pynvml.nvmlDeviceGetTemperature(handle(4), sensor) >= 40 + 30
+    assert sim.api.nvmlDeviceGetTemperature(handle(sim, 4), sensor) >= 40 + 30
     await post(client, "4/temperature", {"offset_celsius": 0})
-    assert pynvml.nvmlDeviceGetTemperature(handle(4), sensor) < 70
+    assert sim.api.nvmlDeviceGetTemperature(handle(sim, 4), sensor) < 70
 
 
-async def test_idle_workload_stops_utilization_but_keeps_the_pod(control):
+async def test_idle_workload_stops_utilization_but_keeps_the_pod(control, sim):
     client, kubelet = control
     pods = [p.name for p in kubelet.pods]
     status, state = await post(client, "0/workload", {"workload": "idle"})
     assert status == 200 and state["workload"] == "idle"
-    assert pynvml.nvmlDeviceGetUtilizationRates(handle(0)).gpu == 0
+    assert sim.api.nvmlDeviceGetUtilizationRates(handle(sim, 0)).gpu == 0
     assert [p.name for p in kubelet.pods] == pods
     await post(client, "0/workload", {"workload": "training"})
-    assert pynvml.nvmlDeviceGetUtilizationRates(handle(0)).gpu > 50
+    assert sim.api.nvmlDeviceGetUtilizationRates(handle(sim, 0)).gpu > 50
 
 
-async def test_lose_and_restore(control):
+async def test_lose_and_restore(control, sim):
     client, kubelet = control
     status, state = await post(client, "2/lose")
     assert status == 200 and state["lost"]
     with pytest.raises(pynvml.NVMLError_GpuIsLost):
-        pynvml.nvmlDeviceGetTemperature(handle(2), pynvml.NVML_TEMPERATURE_GPU)
+        sim.api.nvmlDeviceGetTemperature(handle(sim, 2), pynvml.NVML_TEMPERATURE_GPU)
     assert state["uuid"] not in kubelet.allocatable_devices().get("nvidia.com/gpu", [])
     await post(client, "2/restore")
-    assert pynvml.nvmlDeviceGetTemperature(handle(2), pynvml.NVML_TEMPERATURE_GPU) > 0
+    assert sim.api.nvmlDeviceGetTemperature(handle(sim, 2), pynvml.NVML_TEMPERATURE_GPU) > 0
 
 
-async def test_driver_and_kubelet_go_away_and_come_back(control):
+async def test_driver_and_kubelet_go_away_and_come_back(control, sim):
     client, kubelet = control
     kubelet.start()
     try:
         response = await client.post("/-/simulator/driver/unload")
         assert await response.json() == {"driver_loaded": False, "kubelet_running": True}
         with pytest.raises(pynvml.NVMLError_Uninitialized):
-            pynvml.nvmlDeviceGetCount()
+            sim.api.nvmlDeviceGetCount()
         await client.post("/-/simulator/driver/load")
-        pynvml.nvmlInit()
-        assert pynvml.nvmlDeviceGetCount() == 8
+        sim.api.nvmlInit()
+        assert sim.api.nvmlDeviceGetCount() == 8
         response = await client.post("/-/simulator/kubelet/stop")
         assert (await response.json())["kubelet_running"] is False
         assert not kubelet.socket_path.exists()

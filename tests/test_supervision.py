@@ -18,9 +18,9 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from exporter.app import thread_problem
+from exporter.attribution.context import AttributionContext
 from exporter.background import BackgroundThread
 from exporter.config import WebConfig
-from exporter.exposition.context import AttributionContext
 from exporter.kubernetes.watcher import KubernetesWatcher
 from exporter.nvml.gpm_sampler import GpmSampler
 from exporter.nvml.pcie_sampler import PcieSampler
@@ -31,7 +31,7 @@ from exporter.server import build_app
 from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.snapshot import NodeSnapshot
-from tests.conftest import FAST, store_for, wait_for
+from tests.conftest import FAST, fast_source, store_for, wait_for
 from tests.fake_kube_api import FakeKubeApi
 from tests.test_kubernetes_enrichment import NODE, make_watcher
 
@@ -106,7 +106,7 @@ def published() -> Published:
 @pytest.fixture
 def running_poller(sim: FakeNvml, published: Published) -> Iterator[Poller]:
     config = replace(FAST, pcie_enabled=True, pcie_interval_seconds=0.2, gpm_enabled=True)
-    poller = Poller(config, published, workers=8)
+    poller = Poller(config, published, fast_source(sim), workers=8)
     for thread in (poller, *poller._helpers):
         assert isinstance(thread, BackgroundThread)
         fast_restarts(thread)

@@ -23,15 +23,15 @@ NO_HELPERS = replace(FAST, xid_enabled=False, gpm_enabled=False)
 
 
 def test_the_simulator_answers_with_nvidia_ml_py_structs(make_sim):
-    make_sim(fleet_from_yaml(GUESTS))
-    pynvml.nvmlInit()
+    sim = make_sim(fleet_from_yaml(GUESTS))
+    sim.api.nvmlInit()
     try:
         licensed, unlicensed, bare = (
-            pynvml.nvmlDeviceGetGridLicensableFeatures(pynvml.nvmlDeviceGetHandleByIndex(i))
+            sim.api.nvmlDeviceGetGridLicensableFeatures(sim.api.nvmlDeviceGetHandleByIndex(i))
             for i in range(3)
         )
     finally:
-        pynvml.nvmlShutdown()
+        sim.api.nvmlShutdown()
     assert isinstance(bare, pynvml.c_nvmlGridLicensableFeatures_v4_t)
     assert bare.isGridLicenseSupported == 0 and bare.licensableFeaturesCount == 0
     for features, state in ((licensed, 1), (unlicensed, 0)):
@@ -42,7 +42,7 @@ def test_the_simulator_answers_with_nvidia_ml_py_structs(make_sim):
 
 
 def test_zero_on_every_gpu_of_the_default_node_read_once_per_identity(sim, make_poller):
-    poller = make_poller(NO_HELPERS)
+    poller = make_poller(sim, NO_HELPERS)
     for _ in range(4):
         snap = poller.sweep()
     assert [g.readings.vgpu_license_status for g in snap.gpus] == [0] * 8
@@ -51,15 +51,15 @@ def test_zero_on_every_gpu_of_the_default_node_read_once_per_identity(sim, make_
 
 
 def test_a_vgpu_guest_reports_its_licence_state(make_sim, make_poller):
-    make_sim(fleet_from_yaml(GUESTS))
-    snap = make_poller(NO_HELPERS).sweep()
+    sim = make_sim(fleet_from_yaml(GUESTS))
+    snap = make_poller(sim, NO_HELPERS).sweep()
     assert [g.readings.vgpu_license_status for g in snap.gpus] == [1, 0, 0]
 
 
 def test_a_licence_change_shows_at_the_next_identity_refresh(make_sim, make_poller):
     sim = make_sim(fleet_from_yaml(GUESTS))
-    slow = make_poller(NO_HELPERS)  # identities kept for 60 s
-    every_sweep = make_poller(replace(NO_HELPERS, mig_refresh_seconds=0.0))
+    slow = make_poller(sim, NO_HELPERS)  # identities kept for 60 s
+    every_sweep = make_poller(sim, replace(NO_HELPERS, mig_refresh_seconds=0.0))
     slow.sweep()
     every_sweep.sweep()
     sim.gpus[0].vgpu_license = "unlicensed"  # the guest lost its licence
@@ -73,7 +73,7 @@ def test_a_licence_change_shows_at_the_next_identity_refresh(make_sim, make_poll
 )
 def test_an_nvml_error_gives_no_value(sim, make_poller, error, asked_again):
     sim.faults.fail(CALL, error, gpu=2, times=1)
-    poller = make_poller(replace(NO_HELPERS, mig_refresh_seconds=0.0))
+    poller = make_poller(sim, replace(NO_HELPERS, mig_refresh_seconds=0.0))
     first = poller.sweep()
     assert first.gpus[2].readings.vgpu_license_status is None
     assert first.gpus[1].readings.vgpu_license_status == 0

@@ -88,7 +88,7 @@ async def serve(sim, make_poller):
     async def start(config_path: Path) -> Served:
         security = load_web_config(config_path)
         store = store_for()
-        store.publish(make_poller().sweep())
+        store.publish(make_poller(sim).sweep())
         app = build_app(store, WebConfig(security=security), lambda: None)
         runner = web.AppRunner(app)
         await runner.setup()

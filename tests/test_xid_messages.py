@@ -62,7 +62,7 @@ def test_codes_outside_the_table_are_unknown(code):
 def test_every_profile_labels_xid_series_from_this_table(sim, make_poller, version):
     """No profile has a table of its own: texts did not change after 4.7.1."""
     labels = replace(LABELS, dcgm=PROFILES[version])
-    text = render(make_poller().sweep(), labels)
+    text = render(make_poller(sim).sweep(), labels)
     messages = re.findall(r'err_code="(\d+)",err_msg="([^"]*)"', text)
     assert messages
     assert all(msg == xid_message(int(code)) for code, msg in messages)

@@ -65,8 +65,9 @@ def bundle_labels(node_name: str) -> LabelConfig:
 
 
 def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
+    from exporter.attribution.context import AttributionContext
+    from exporter.attribution.join import join
     from exporter.config import CollectionConfig
-    from exporter.exposition.context import AttributionContext
     from exporter.exposition.renderer import Renderer
     from exporter.kubernetes.pod_metadata import EMPTY_VIEW, PodMetadata
     from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
@@ -75,6 +76,7 @@ def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
     from exporter.simulator.fake_nvml import FakeNvml
     from exporter.simulator.host_tree import HostTree
     from exporter.simulator.processes import ProcessTable
+    from exporter.simulator.stepped_time import SteppedHelpers
 
     # A history stepped in simulated time: what NVML costs has no bearing on its values, and
     # charging it would only make the backfill slower.
@@ -82,7 +84,7 @@ def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
         fleet_spec(fleet_name), call_costs="flat", call_latency_us=0.0, pcie_window_ms=0.0
     )
     clock = [0.0]
-    nvml = FakeNvml(fleet, clock=lambda: clock[0]).install()
+    nvml = FakeNvml(fleet, clock=lambda: clock[0])
     tmp = tempfile.TemporaryDirectory(prefix="kge-history-")
     kubelet = FakeKubelet(nvml, Path(tmp.name) / "kubelet.sock").start()
     try:
@@ -93,8 +95,9 @@ def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
     finally:
         kubelet.stop()
     # The pods' processes and the host's /proc and /var/log, for per-pod use of shared GPUs.
-    nvml.processes = ProcessTable(nvml, kubelet)
-    host = HostTree(nvml.processes, Path(tmp.name) / "host").refresh()
+    processes = ProcessTable(nvml, kubelet)
+    nvml.processes = processes
+    host = HostTree(processes, Path(tmp.name) / "host").refresh()
     pods = sorted({(a.namespace, a.pod) for a in latest.allocations})
     metadata = {
         (ns, pod): PodMetadata(ns, pod, f"uid-{ns}-{pod}", *owner_of(ns, pod), ())
@@ -111,6 +114,8 @@ def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
         node_synced=True,
     )
     context = AttributionContext(pods=latest, pods_status=watcher.status, kube=view)
+    # Helper rounds on the simulated clock this history steps, not on threads of their own.
+    stepped = SteppedHelpers()
     poller = Poller(
         CollectionConfig(
             interval_seconds=step_seconds,
@@ -124,20 +129,22 @@ def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
             log_root=str(host.log_root),
         ),
         lambda snapshot: None,
-        helper_threads=False,
+        nvml.source(),
+        runner=stepped,
     )
-    renderer = Renderer(bundle_labels(fleet.node_name))
+    labels = bundle_labels(fleet.node_name)
+    renderer = Renderer(labels)
     index: dict[str, int] = {}
     rows: list[dict[int, str]] = []
     try:
         for step in range(steps + WARMUP_STEPS):
             clock[0] = step * step_seconds
             snapshot = poller.sweep()
-            poller.run_helpers_once()
+            stepped.run_once()
             if step < WARMUP_STEPS:
                 continue
             row: dict[int, str] = {}
-            for line in renderer.render_body(snapshot, context).splitlines():
+            for line in renderer.render_body(join(snapshot, context, labels)).splitlines():
                 if not line or line.startswith("#"):
                     continue
                 key, _, value = line.rpartition(" ")
@@ -145,7 +152,7 @@ def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
             rows.append(row)
     finally:
         poller.stop()
-        nvml.uninstall()
+        nvml.close()
         tmp.cleanup()
     uuids = [g.uuid for g in nvml.gpus]
     uuids += [i.uuid for g in nvml.gpus for i in g.live_instances()]

@@ -2,7 +2,9 @@
 
 Deliberately plain: one documented call per fact, no batching through field values and no
 fallback chains beyond the memory API's version, so a bug in the exporter's cleverer reader
-cannot hide behind the same bug here. The caller initialises NVML (and shuts it down).
+cannot hide behind the same bug here. The caller initialises NVML (and shuts it down), and hands
+the functions its `nvml`: the `pynvml` module on a GPU host, the simulator's api object under
+--simulate.
 """
 
 from __future__ import annotations
@@ -50,38 +52,38 @@ class _Calls:
         return result
 
 
-def nvml_facts(support: dict[str, str] | None = None) -> dict[str, GpuFacts]:
+def nvml_facts(nvml: Any, support: dict[str, str] | None = None) -> dict[str, GpuFacts]:
     """Every GPU NVML enumerates, keyed by `bus_id_key`; NVML must already be initialised.
 
     `support`, when given, receives each NVML function's outcome: "ok" or the error's name.
     """
     call = _Calls(support)
     facts: dict[str, GpuFacts] = {}
-    for index in range(pynvml.nvmlDeviceGetCount()):
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        pci = pynvml.nvmlDeviceGetPciInfo(handle)
-        facts[bus_id_key(_str(pci.busId))] = _facts(call, handle, pci)
+    for index in range(nvml.nvmlDeviceGetCount()):
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        pci = nvml.nvmlDeviceGetPciInfo(handle)
+        facts[bus_id_key(_str(pci.busId))] = _facts(nvml, call, handle, pci)
     return facts
 
 
-def _facts(call: _Calls, handle: Any, pci: Any) -> GpuFacts:
-    name = call(pynvml.nvmlDeviceGetName, handle)
-    memory = _memory(call, handle)
-    utilization = call(pynvml.nvmlDeviceGetUtilizationRates, handle)
-    ecc = call(pynvml.nvmlDeviceGetEccMode, handle)
-    mig = call(pynvml.nvmlDeviceGetMigMode, handle)
+def _facts(nvml: Any, call: _Calls, handle: Any, pci: Any) -> GpuFacts:
+    name = call(nvml.nvmlDeviceGetName, handle)
+    memory = _memory(nvml, call, handle)
+    utilization = call(nvml.nvmlDeviceGetUtilizationRates, handle)
+    ecc = call(nvml.nvmlDeviceGetEccMode, handle)
+    mig = call(nvml.nvmlDeviceGetMigMode, handle)
     return GpuFacts(
         name=None if name is None else _str(name),
         pci_device_id=pci.pciDeviceId,
         memory_total_bytes=None if memory is None else memory[0],
         memory_used_bytes=None if memory is None else memory[1],
         temperature_c=_number(
-            call(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
+            call(nvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
         ),
-        power_w=_watts(call(pynvml.nvmlDeviceGetPowerUsage, handle)),
-        power_limit_w=_watts(call(pynvml.nvmlDeviceGetPowerManagementLimit, handle)),
-        sm_clock_mhz=_number(call(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM)),
-        mem_clock_mhz=_number(call(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM)),
+        power_w=_watts(call(nvml.nvmlDeviceGetPowerUsage, handle)),
+        power_limit_w=_watts(call(nvml.nvmlDeviceGetPowerManagementLimit, handle)),
+        sm_clock_mhz=_number(call(nvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM)),
+        mem_clock_mhz=_number(call(nvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM)),
         gpu_util_pct=None if utilization is None else float(utilization.gpu),
         mem_util_pct=None if utilization is None else float(utilization.memory),
         ecc_enabled=None if ecc is None else bool(ecc[0]),
@@ -89,7 +91,7 @@ def _facts(call: _Calls, handle: Any, pci: Any) -> GpuFacts:
     )
 
 
-def _memory(call: _Calls, handle: Any) -> tuple[int, int] | None:
+def _memory(nvml: Any, call: _Calls, handle: Any) -> tuple[int, int] | None:
     """(total, used) as the driver splits the board, read off the struct with no arithmetic.
 
     v2 divides the board into used + free + reserved, and its `used` is what nvidia-smi prints
@@ -98,9 +100,9 @@ def _memory(call: _Calls, handle: Any) -> tuple[int, int] | None:
     the right reference there as well.
     """
     try:
-        memory = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+        memory = nvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
     except (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLLibraryMismatchError):
-        memory = call(pynvml.nvmlDeviceGetMemoryInfo, handle)
+        memory = call(nvml.nvmlDeviceGetMemoryInfo, handle)
     except pynvml.NVMLError as err:
         call.support.setdefault("nvmlDeviceGetMemoryInfo", error_name(err))
         return None
@@ -132,18 +134,18 @@ class GpuProcesses:
     error: str | None = None
 
 
-def nvml_processes() -> dict[str, GpuProcesses]:
+def nvml_processes(nvml: Any) -> dict[str, GpuProcesses]:
     """Compute and graphics processes of every GPU, keyed by `bus_id_key`; NVML must already be
     initialised. A process in both lists is counted once: it is one address space."""
     listed: dict[str, GpuProcesses] = {}
-    for index in range(pynvml.nvmlDeviceGetCount()):
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        key = bus_id_key(_str(pynvml.nvmlDeviceGetPciInfo(handle).busId))
-        uuid = _uuid(handle)
+    for index in range(nvml.nvmlDeviceGetCount()):
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        key = bus_id_key(_str(nvml.nvmlDeviceGetPciInfo(handle).busId))
+        uuid = _uuid(nvml, handle)
         try:
             rows = [
-                *pynvml.nvmlDeviceGetComputeRunningProcesses(handle),
-                *pynvml.nvmlDeviceGetGraphicsRunningProcesses(handle),
+                *nvml.nvmlDeviceGetComputeRunningProcesses(handle),
+                *nvml.nvmlDeviceGetGraphicsRunningProcesses(handle),
             ]
         except pynvml.NVMLError as err:
             listed[key] = GpuProcesses(uuid, {}, error_name(err))
@@ -157,10 +159,10 @@ def nvml_processes() -> dict[str, GpuProcesses]:
     return listed
 
 
-def _uuid(handle: Any) -> str | None:
+def _uuid(nvml: Any, handle: Any) -> str | None:
     """Only to join the exporter's per-GPU rows, which carry the UUID and no bus id; it is
     never written anywhere."""
     try:
-        return _str(pynvml.nvmlDeviceGetUUID(handle))
+        return _str(nvml.nvmlDeviceGetUUID(handle))
     except pynvml.NVMLError:
         return None

@@ -100,12 +100,12 @@ class TimedCall:
     repeats: int | None = None
 
 
-def gpm_pair(handle: Any) -> Any:
+def gpm_pair(nvml: Any, handle: Any) -> Any:
     """Two filled GPM samples and a metrics request over them, as the exporter's GPM thread
     builds one (exporter/nvml/gpm_sampler.py)."""
-    first, second = pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()
-    pynvml.nvmlGpmSampleGet(handle, first)
-    pynvml.nvmlGpmSampleGet(handle, second)
+    first, second = nvml.nvmlGpmSampleAlloc(), nvml.nvmlGpmSampleAlloc()
+    nvml.nvmlGpmSampleGet(handle, first)
+    nvml.nvmlGpmSampleGet(handle, second)
     request = pynvml.c_nvmlGpmMetricsGet_t()
     request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
     request.numMetrics = 1
@@ -114,82 +114,83 @@ def gpm_pair(handle: Any) -> Any:
     return request
 
 
-def timed_calls() -> list[TimedCall]:
+def timed_calls(nvml: Any) -> list[TimedCall]:
     """What a sweep (exporter/nvml/device_reader.py) and its helpers (pcie_sampler.py,
-    gpm_sampler.py, poller.py) ask NVML for, with the arguments they pass."""
+    gpm_sampler.py, poller.py) ask NVML for, with the arguments they pass; `nvml` is the `pynvml`
+    module or the simulator's api object."""
     return [
-        TimedCall("nvmlDeviceGetCount", lambda h: pynvml.nvmlDeviceGetCount()),
-        TimedCall("nvmlDeviceGetHandleByIndex", lambda h: pynvml.nvmlDeviceGetHandleByIndex(0)),
+        TimedCall("nvmlDeviceGetCount", lambda h: nvml.nvmlDeviceGetCount()),
+        TimedCall("nvmlDeviceGetHandleByIndex", lambda h: nvml.nvmlDeviceGetHandleByIndex(0)),
         TimedCall(
             "nvmlDeviceGetTemperature",
-            lambda h: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+            lambda h: nvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
         ),
-        TimedCall("nvmlDeviceGetUtilizationRates", pynvml.nvmlDeviceGetUtilizationRates),
-        TimedCall("nvmlDeviceGetEncoderUtilization", pynvml.nvmlDeviceGetEncoderUtilization),
-        TimedCall("nvmlDeviceGetDecoderUtilization", pynvml.nvmlDeviceGetDecoderUtilization),
+        TimedCall("nvmlDeviceGetUtilizationRates", nvml.nvmlDeviceGetUtilizationRates),
+        TimedCall("nvmlDeviceGetEncoderUtilization", nvml.nvmlDeviceGetEncoderUtilization),
+        TimedCall("nvmlDeviceGetDecoderUtilization", nvml.nvmlDeviceGetDecoderUtilization),
         TimedCall(
             "nvmlDeviceGetMemoryInfo",
-            lambda h: pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2),
+            lambda h: nvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2),
         ),
-        TimedCall("nvmlDeviceGetPowerManagementLimit", pynvml.nvmlDeviceGetPowerManagementLimit),
-        TimedCall("nvmlDeviceGetEnforcedPowerLimit", pynvml.nvmlDeviceGetEnforcedPowerLimit),
+        TimedCall("nvmlDeviceGetPowerManagementLimit", nvml.nvmlDeviceGetPowerManagementLimit),
+        TimedCall("nvmlDeviceGetEnforcedPowerLimit", nvml.nvmlDeviceGetEnforcedPowerLimit),
         TimedCall(
             "nvmlDeviceGetClockInfo(SM)",
-            lambda h: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+            lambda h: nvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
         ),
         TimedCall(
             "nvmlDeviceGetClockInfo(MEM)",
-            lambda h: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
+            lambda h: nvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
         ),
         TimedCall(
             "nvmlDeviceGetCurrentClocksEventReasons",
-            pynvml.nvmlDeviceGetCurrentClocksEventReasons,
+            nvml.nvmlDeviceGetCurrentClocksEventReasons,
         ),
-        *_batches(),
-        TimedCall("nvmlDeviceGetPowerUsage", pynvml.nvmlDeviceGetPowerUsage, per_sweep=False),
+        *_batches(nvml),
+        TimedCall("nvmlDeviceGetPowerUsage", nvml.nvmlDeviceGetPowerUsage, per_sweep=False),
         # The exporter reads the counter as a field; the getter is timed for the cost table,
         # so the simulator can charge a caller that uses it instead.
         TimedCall(
             "nvmlDeviceGetTotalEnergyConsumption",
-            pynvml.nvmlDeviceGetTotalEnergyConsumption,
+            nvml.nvmlDeviceGetTotalEnergyConsumption,
             per_sweep=False,
         ),
-        TimedCall("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, per_sweep=False),
-        TimedCall("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, per_sweep=False),
-        TimedCall("nvmlDeviceGetPciInfo", pynvml.nvmlDeviceGetPciInfo, per_sweep=False),
-        TimedCall("nvmlDeviceGetMigMode", pynvml.nvmlDeviceGetMigMode, per_sweep=False),
-        TimedCall("nvmlDeviceGetMinorNumber", pynvml.nvmlDeviceGetMinorNumber, per_sweep=False),
+        TimedCall("nvmlDeviceGetUUID", nvml.nvmlDeviceGetUUID, per_sweep=False),
+        TimedCall("nvmlDeviceGetName", nvml.nvmlDeviceGetName, per_sweep=False),
+        TimedCall("nvmlDeviceGetPciInfo", nvml.nvmlDeviceGetPciInfo, per_sweep=False),
+        TimedCall("nvmlDeviceGetMigMode", nvml.nvmlDeviceGetMigMode, per_sweep=False),
+        TimedCall("nvmlDeviceGetMinorNumber", nvml.nvmlDeviceGetMinorNumber, per_sweep=False),
         TimedCall(
             "nvmlDeviceGetGridLicensableFeatures_v4",
-            pynvml.nvmlDeviceGetGridLicensableFeatures_v4,
+            nvml.nvmlDeviceGetGridLicensableFeatures_v4,
             per_sweep=False,
         ),
         TimedCall(
             f"{PCIE_FUNCTION}(TX)",
-            lambda h: pynvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_TX_BYTES),
+            lambda h: nvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_TX_BYTES),
             per_sweep=False,
             repeats=10,
         ),
         TimedCall(
             f"{PCIE_FUNCTION}(RX)",
-            lambda h: pynvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_RX_BYTES),
+            lambda h: nvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_RX_BYTES),
             per_sweep=False,
             repeats=10,
         ),
-        TimedCall("nvmlGpmQueryDeviceSupport", pynvml.nvmlGpmQueryDeviceSupport, per_sweep=False),
+        TimedCall("nvmlGpmQueryDeviceSupport", nvml.nvmlGpmQueryDeviceSupport, per_sweep=False),
     ]
 
 
-def _batches() -> list[TimedCall]:
+def _batches(nvml: Any) -> list[TimedCall]:
     """The field batch as a sweep asks for it; where the slow fields are read only now and
     then, also as the sweeps that read them do."""
     fast = TimedCall(
-        _batch_label(_FAST_BATCH), lambda h: pynvml.nvmlDeviceGetFieldValues(h, _FAST_BATCH)
+        _batch_label(_FAST_BATCH), lambda h: nvml.nvmlDeviceGetFieldValues(h, _FAST_BATCH)
     )
     if not _SLOW:
         return [fast]
     full = TimedCall(
-        _batch_label(_BATCH), lambda h: pynvml.nvmlDeviceGetFieldValues(h, _BATCH), False
+        _batch_label(_BATCH), lambda h: nvml.nvmlDeviceGetFieldValues(h, _BATCH), False
     )
     return [fast, full]
 
@@ -333,10 +334,10 @@ def time_call(spec: TimedCall, handle: Any, repeats: int) -> CallTiming:
     return _timing(spec, measured, _failed(measured, failure))
 
 
-def time_gpm(handle: Any, repeats: int) -> list[CallTiming]:
+def time_gpm(nvml: Any, handle: Any, repeats: int) -> list[CallTiming]:
     """nvmlGpmSampleGet and nvmlGpmMetricsGet, which need buffers the other calls do not."""
     try:
-        request = gpm_pair(handle)
+        request = gpm_pair(nvml, handle)
     except NVMLError as exc:
         name = error_name(exc)
         return [
@@ -346,21 +347,21 @@ def time_gpm(handle: Any, repeats: int) -> list[CallTiming]:
     try:
         sample = request.sample2
         calls = [
-            TimedCall("nvmlGpmSampleGet", lambda h: pynvml.nvmlGpmSampleGet(h, sample), False),
-            TimedCall("nvmlGpmMetricsGet", lambda h: pynvml.nvmlGpmMetricsGet(request), False),
+            TimedCall("nvmlGpmSampleGet", lambda h: nvml.nvmlGpmSampleGet(h, sample), False),
+            TimedCall("nvmlGpmMetricsGet", lambda h: nvml.nvmlGpmMetricsGet(request), False),
         ]
         return [time_call(spec, handle, repeats) for spec in calls]
     finally:
         for buffer in (request.sample1, request.sample2):
             with contextlib.suppress(NVMLError):
-                pynvml.nvmlGpmSampleFree(buffer)
+                nvml.nvmlGpmSampleFree(buffer)
 
 
-def time_nvml_calls(repeats: int = 300) -> list[CallTiming]:
-    """Every call on GPU 0; pynvml must be initialised."""
-    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    timings = [time_call(spec, handle, repeats) for spec in timed_calls()]
-    return timings + time_gpm(handle, repeats)
+def time_nvml_calls(nvml: Any, repeats: int = 300) -> list[CallTiming]:
+    """Every call on GPU 0; `nvml` must be initialised."""
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    timings = [time_call(spec, handle, repeats) for spec in timed_calls(nvml)]
+    return timings + time_gpm(nvml, handle, repeats)
 
 
 def sweep_estimate(timings: Sequence[CallTiming]) -> tuple[float, float]:
@@ -415,14 +416,14 @@ class FieldTiming:
         return max(self.median_us or 0.0, self.cpu_us or 0.0) > SLOW_FIELD_US
 
 
-def time_field(handle: Any, request: FieldRequest, repeats: int) -> FieldTiming:
+def time_field(nvml: Any, handle: Any, request: FieldRequest, repeats: int) -> FieldTiming:
     field_id = request[0] if isinstance(request, tuple) else request
     scope = request[1] if isinstance(request, tuple) else None
     name = field_name(field_id)
     simulated = MEASURED.fields([request]).wall_us
 
     def read() -> Any:
-        return pynvml.nvmlDeviceGetFieldValues(handle, [request])
+        return nvml.nvmlDeviceGetFieldValues(handle, [request])
 
     try:
         first = read()  # not timed, as for the calls: it may warm a cache
@@ -449,8 +450,8 @@ def time_field(handle: Any, request: FieldRequest, repeats: int) -> FieldTiming:
     )
 
 
-def time_fields(repeats: int = 300) -> list[FieldTiming]:
+def time_fields(nvml: Any, repeats: int = 300) -> list[FieldTiming]:
     """Each field the exporter batches, read alone on GPU 0, slowest first."""
-    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    timings = [time_field(handle, request, repeats) for request in field_requests()]
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    timings = [time_field(nvml, handle, request, repeats) for request in field_requests()]
     return sorted(timings, key=lambda t: -(t.median_us or 0.0))

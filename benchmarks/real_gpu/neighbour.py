@@ -3,8 +3,9 @@ comparison over one window.
 
 On a real GPU it is started from this interpreter when it imports here (else from its console
 script on PATH); under --simulate it runs on the simulated node as the benchmarks run it
-(`python -m benchmarks.simulated default nvitop PORT INTERVAL`), which patches a simulator of the
-same fleet into its pynvml. When neither is possible, the report says it was not installed.
+(`python -m benchmarks.simulated default nvitop PORT INTERVAL`), which points that process's
+pynvml at a simulator of the same fleet (benchmarks/foreign_nvml.py). When neither is possible,
+the report says it was not installed.
 """
 
 from __future__ import annotations

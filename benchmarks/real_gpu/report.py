@@ -106,13 +106,15 @@ def _watts(milliwatts: Any) -> float | None:
     return int(watts) if watts == int(watts) else round(watts, 3)
 
 
-def _mig_profiles(handle: Any, total_bytes: int | None, support: dict[str, str]) -> list[dict]:
+def _mig_profiles(
+    nvml: Any, handle: Any, total_bytes: int | None, support: dict[str, str]
+) -> list[dict]:
     profiles: list[dict] = []
     for profile in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
         info = _try(
             support,
             "nvmlDeviceGetGpuInstanceProfileInfo",
-            partial(pynvml.nvmlDeviceGetGpuInstanceProfileInfo, handle, profile),
+            partial(nvml.nvmlDeviceGetGpuInstanceProfileInfo, handle, profile),
         )
         if info is None or not info.instanceCount:
             continue
@@ -136,58 +138,58 @@ def _mig_profiles(handle: Any, total_bytes: int | None, support: dict[str, str])
     return profiles
 
 
-def _profiles_handle(handle: Any, name: str, support: dict[str, str]) -> Any:
+def _profiles_handle(nvml: Any, handle: Any, name: str, support: dict[str, str]) -> Any:
     """A GPU of the same model that answers profile queries: some drivers only do with MIG on."""
     candidates = [handle]
-    for index in range(pynvml.nvmlDeviceGetCount()):
-        other = pynvml.nvmlDeviceGetHandleByIndex(index)
-        mode = _try(support, "nvmlDeviceGetMigMode", partial(pynvml.nvmlDeviceGetMigMode, other))
-        if mode and mode[0] and _text(pynvml.nvmlDeviceGetName(other)) == name:
+    for index in range(nvml.nvmlDeviceGetCount()):
+        other = nvml.nvmlDeviceGetHandleByIndex(index)
+        mode = _try(support, "nvmlDeviceGetMigMode", partial(nvml.nvmlDeviceGetMigMode, other))
+        if mode and mode[0] and _text(nvml.nvmlDeviceGetName(other)) == name:
             candidates.append(other)
     return candidates
 
 
 def device_record(
-    source: str, support_seen: dict[str, str] | None = None, today: datetime.date | None = None
+    nvml: Any,
+    source: str,
+    support_seen: dict[str, str] | None = None,
+    today: datetime.date | None = None,
 ) -> dict[str, Any]:
-    """The schema's record of GPU 0's model; pynvml must be initialised. `support_seen` adds
-    outcomes the caller observed elsewhere (the harness's own fact reads, the timings)."""
+    """The schema's record of GPU 0's model; `nvml` (the `pynvml` module or the simulator's api
+    object) must be initialised. `support_seen` adds outcomes the caller observed elsewhere (the
+    harness's own fact reads, the timings)."""
     support: dict[str, str] = {}
-    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    name = _text(_try(support, "nvmlDeviceGetName", lambda: pynvml.nvmlDeviceGetName(handle)))
-    pci = _try(support, "nvmlDeviceGetPciInfo", lambda: pynvml.nvmlDeviceGetPciInfo(handle))
-    memory = _try(
-        support, "nvmlDeviceGetMemoryInfo", lambda: pynvml.nvmlDeviceGetMemoryInfo(handle)
-    )
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    name = _text(_try(support, "nvmlDeviceGetName", lambda: nvml.nvmlDeviceGetName(handle)))
+    pci = _try(support, "nvmlDeviceGetPciInfo", lambda: nvml.nvmlDeviceGetPciInfo(handle))
+    memory = _try(support, "nvmlDeviceGetMemoryInfo", lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
     total = None if memory is None else int(memory.total)
     default_limit = _try(
         support,
         "nvmlDeviceGetPowerManagementDefaultLimit",
-        lambda: pynvml.nvmlDeviceGetPowerManagementDefaultLimit(handle),
+        lambda: nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle),
     )
     constraints = _try(
         support,
         "nvmlDeviceGetPowerManagementLimitConstraints",
-        lambda: pynvml.nvmlDeviceGetPowerManagementLimitConstraints(handle),
+        lambda: nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle),
     )
     max_sm = _try(
         support,
         "nvmlDeviceGetMaxClockInfo",
-        lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
+        lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
     )
     max_mem = _try(
         support,
         "nvmlDeviceGetMaxClockInfo",
-        lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+        lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM),
     )
-    driver = _try(support, "nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion)
-    gpm = _try(
-        support, "nvmlGpmQueryDeviceSupport", lambda: pynvml.nvmlGpmQueryDeviceSupport(handle)
-    )
-    mig_mode = _try(support, "nvmlDeviceGetMigMode", lambda: pynvml.nvmlDeviceGetMigMode(handle))
+    driver = _try(support, "nvmlSystemGetDriverVersion", nvml.nvmlSystemGetDriverVersion)
+    gpm = _try(support, "nvmlGpmQueryDeviceSupport", lambda: nvml.nvmlGpmQueryDeviceSupport(handle))
+    mig_mode = _try(support, "nvmlDeviceGetMigMode", lambda: nvml.nvmlDeviceGetMigMode(handle))
     profiles: list[dict] = []
-    for candidate in _profiles_handle(handle, name, support):
-        profiles = _mig_profiles(candidate, total, support)
+    for candidate in _profiles_handle(nvml, handle, name, support):
+        profiles = _mig_profiles(nvml, candidate, total, support)
         if profiles:
             break
     for key, outcome in (support_seen or {}).items():

@@ -125,25 +125,26 @@ def parse_args(argv: Sequence[str]) -> Options:
 
 
 @contextlib.contextmanager
-def nvml_session(simulate: bool) -> Iterator[None]:
-    fake = None
-    if simulate:
-        fake = _simulated_node()
+def nvml_session(simulate: bool) -> Iterator[Any]:
+    """NVML initialised for the harness's own reads: the `pynvml` module on a GPU host, the
+    simulator's api object under --simulate."""
+    fake = _simulated_node() if simulate else None
+    nvml = pynvml if fake is None else fake.api
     try:
         try:
-            pynvml.nvmlInit()
+            nvml.nvmlInit()
         except NVMLError as exc:
             raise UsageError(
                 f"NVML did not initialise ({error_name(exc)}): no NVIDIA driver here? "
                 "--simulate runs on the simulator"
             ) from None
         try:
-            yield
+            yield nvml
         finally:
-            pynvml.nvmlShutdown()
+            nvml.nvmlShutdown()
     finally:
         if fake is not None:
-            fake.uninstall()
+            fake.close()
 
 
 def _simulated_node() -> Any:
@@ -155,7 +156,7 @@ def _simulated_node() -> Any:
     from exporter.simulator.fleet import default_fleet
     from exporter.simulator.processes import ProcessTable
 
-    fake = FakeNvml(default_fleet()).install()
+    fake = FakeNvml(default_fleet())
     fake.processes = ProcessTable(fake, FakeKubelet(fake, "/nonexistent/kubelet.sock"))
     return fake
 
@@ -249,6 +250,7 @@ class Snapshot:
 
 @dataclass
 class Sampler:
+    nvml: Any  # the harness's own NVML (nvml_session)
     port: int
     pid: int
     smi_path: str | None
@@ -265,8 +267,8 @@ class Sampler:
         elapsed = time.perf_counter() - start
         if status != 200:
             raise RuntimeError(f"/metrics answered {status}")
-        nvml = nvml_facts(self.support)
-        processes = nvml_processes()
+        nvml = nvml_facts(self.nvml, self.support)
+        processes = nvml_processes(self.nvml)
         smi = self._smi()
         apps = self._smi_apps() if phase == "load" else None
         return Snapshot(
@@ -471,7 +473,7 @@ class Observed:
     nvitop_note: str
 
 
-def observe(options: Options, scratch: Path) -> Observed:
+def observe(nvml: Any, options: Options, scratch: Path) -> Observed:
     """Start our exporter and nvitop-exporter, run the phases, stop them."""
     smi_path = None if options.simulate else shutil.which("nvidia-smi")
     port = free_port()
@@ -488,7 +490,7 @@ def observe(options: Options, scratch: Path) -> Observed:
         except RuntimeError as exc:
             raise RunFailed(str(exc), log_path) from None
         neighbour.wait_ready(nvitop, get, nvitop_log)
-        sampler = Sampler(port, exporter.pid, smi_path, nvitop)
+        sampler = Sampler(nvml, port, exporter.pid, smi_path, nvitop)
         if not wait_for_family(port, accounting.MEMORY_FAMILY, PROCESS_ROWS_TIMEOUT_S):
             sampler.notes.append(
                 f"the exporter showed no {accounting.MEMORY_FAMILY} within "
@@ -518,13 +520,13 @@ def _support_seen(support: dict[str, str], timings: Sequence[CallTiming]) -> dic
 def run(options: Options) -> int:
     began = time.monotonic()
     source = "simulated" if options.simulate else "real"
-    with nvml_session(options.simulate), tempfile.TemporaryDirectory() as scratch:
-        observed = observe(options, Path(scratch))
+    with nvml_session(options.simulate) as nvml, tempfile.TemporaryDirectory() as scratch:
+        observed = observe(nvml, options, Path(scratch))
         # Timed with the exporters stopped, so no other caller shares the driver.
-        timings = time_nvml_calls(options.repeats)
-        fields = time_fields(options.repeats)
-        record = device_record(source, _support_seen(observed.support, timings))
-        gpus = pynvml.nvmlDeviceGetCount()
+        timings = time_nvml_calls(nvml, options.repeats)
+        fields = time_fields(nvml, options.repeats)
+        record = device_record(nvml, source, _support_seen(observed.support, timings))
+        gpus = nvml.nvmlDeviceGetCount()
 
     report = build_report(options, record, gpus, observed)
     report.timings = timings

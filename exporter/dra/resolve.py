@@ -15,7 +15,8 @@ in the driver's convention whose minor NVML knows is NVML's to answer: the slice
 and the target says so (`slice_conflict`), to be counted under SLICE_CONFLICT. The slice still
 decides which instance on that GPU a MIG device is, where NVML hides placements.
 
-Nothing is guessed: a device that does not resolve gets a reason, counted by the exposition.
+Nothing is guessed: a device that does not resolve gets a reason, counted by the attribution
+join (exporter/attribution/).
 """
 
 from __future__ import annotations

@@ -1,83 +1,26 @@
 """Families that come from the kubelet and the Kubernetes API rather than from NVML: which pod
-holds which device, node GPU capacity, node labels, and the health of both sources."""
+holds which device, node GPU capacity, node labels, and the health of both sources. Their label
+sets and figures come joined (exporter/attribution/); only the physical counts are read here,
+from the snapshot."""
 
 from __future__ import annotations
 
 from collections import Counter
 
+from exporter.attribution.devices import device_labels, host_labels
+from exporter.attribution.model import Capacity, CountRow, SourceHealth
 from exporter.config import LabelConfig
-from exporter.dra.capacity import dra_allocatable, dra_allocated, dra_units
-from exporter.dra.resolve import DraIndex
 from exporter.exposition import own_families as own
-from exporter.exposition.context import AttributionContext
-from exporter.exposition.entities import device_labels, dra_labels, host_labels
-from exporter.exposition.text_format import FamilyWriter, Labels, format_value, label_body
-from exporter.podresources.attribution import Attribution, Holder, allocatable_units
+from exporter.exposition.text_format import FamilyWriter, count_samples, format_value, label_body
 from exporter.snapshot import NodeSnapshot
 
 
-def device_key_labels(snapshot: NodeSnapshot, key: tuple[str, int | None]) -> Labels:
-    """`gpu` and `UUID`, plus `GPU_I_PROFILE` and `GPU_I_ID` for a GPU instance."""
-    uuid, gi = key
-    gpu = next((g for g in snapshot.gpus if g.identity.uuid == uuid), None)
-    labels: Labels = (("gpu", str(gpu.identity.index) if gpu else ""), ("UUID", uuid))
-    if gi is not None:
-        profile = ""
-        if gpu is not None:
-            profile = next((m.profile for m in gpu.mig_instances if m.gpu_instance_id == gi), "")
-        labels += (("GPU_I_PROFILE", profile), ("GPU_I_ID", str(gi)))
-    return labels
-
-
-def _holder_labels(holder: Holder, context: AttributionContext) -> Labels:
-    labels: Labels = (
-        ("namespace", holder.namespace),
-        ("pod", holder.pod),
-        ("container", holder.container),
-        ("resource", holder.resource),
-        ("device_id", holder.device_id),
-        *dra_labels(holder),
-    )
-    if context.kube is not None:
-        meta = context.kube.pods.get((holder.namespace, holder.pod))
-        if meta is not None:
-            labels += (
-                ("pod_uid", meta.uid),
-                ("owner_kind", meta.owner_kind),
-                ("owner_name", meta.owner_name),
-                *meta.labels,
-            )
-    return labels
-
-
-def render_allocations(
-    out: FamilyWriter,
-    snapshot: NodeSnapshot,
-    attribution: Attribution,
-    context: AttributionContext,
-    config: LabelConfig,
-) -> None:
-    host = host_labels(config)
-    samples = []
-    for key, holders in sorted(
-        attribution.holders.items(), key=lambda kv: (kv[0][0], kv[0][1] or -1)
-    ):
-        device = device_key_labels(snapshot, key)
-        for holder in holders:
-            body = label_body(device + host + _holder_labels(holder, context))
-            samples.append((body, str(holder.replicas)))
-    for holder in attribution.unresolved:
-        body = label_body((("gpu", ""), ("UUID", ""), *host, *_holder_labels(holder, context)))
-        samples.append((body, str(holder.replicas)))
-    out.family(own.POD_DEVICE_ALLOCATION, samples)
+def render_allocations(out: FamilyWriter, allocations: tuple[CountRow, ...]) -> None:
+    out.family(own.POD_DEVICE_ALLOCATION, count_samples(allocations))
 
 
 def render_capacity(
-    out: FamilyWriter,
-    snapshot: NodeSnapshot,
-    attribution: Attribution,
-    context: AttributionContext,
-    config: LabelConfig,
+    out: FamilyWriter, snapshot: NodeSnapshot, capacity: Capacity | None, config: LabelConfig
 ) -> None:
     host = host_labels(config)
     out.family(
@@ -91,60 +34,34 @@ def render_capacity(
         own.NODE_MIG_INSTANCES,
         [(label_body((*host, ("profile", p))), str(n)) for p, n in sorted(profiles.items())],
     )
-    pods = context.pods
-    if pods is None:
+    if capacity is None:
         return
-    slices = context.kube.resource_slices if context.kube is not None else {}
-    slices_synced = context.kube is not None and context.kube.slices_synced is True
-    units = allocatable_units(snapshot, pods)
+    units = capacity.units_by_gpu
     if units is not None:
-        dra = dra_units(DraIndex.of(snapshot, slices), attribution, slices_synced)
         out.family(
             own.DEVICE_ALLOCATABLE_UNITS,
             [
-                (
-                    label_body(device_labels(g.identity, config)),
-                    str(units.get(g.identity.uuid, 0) + dra[g.identity.uuid]),
-                )
+                (label_body(device_labels(g.identity, config)), str(units[g.identity.uuid]))
                 for g in snapshot.gpus
             ],
         )
-    allocatable: dict[str, int] | None = None
-    if pods.allocatable is not None:
-        allocatable = dict(pods.allocatable)
-        if slices_synced:
-            allocatable.update(dra_allocatable(slices))
+    if capacity.allocatable is not None:
         out.family(
             own.NODE_ALLOCATABLE_DEVICES,
-            [
-                (label_body((*host, ("resource", r))), str(n))
-                for r, n in sorted(allocatable.items())
-            ],
+            [(label_body((*host, ("resource", r))), str(n)) for r, n in capacity.allocatable],
         )
-    allocated = dict(pods.allocated)
-    allocated.update(dra_allocated(attribution))
-    resources = sorted({*allocated, *(allocatable or ())})
     out.family(
         own.NODE_ALLOCATED_DEVICES,
-        [(label_body((*host, ("resource", r))), str(allocated.get(r, 0))) for r in resources],
+        [(label_body((*host, ("resource", r))), str(n)) for r, n in capacity.allocated],
     )
 
 
-def render_dra_unresolved(out: FamilyWriter, attribution: Attribution, config: LabelConfig) -> None:
-    host = host_labels(config)
-    out.family(
-        own.DRA_DEVICES_UNRESOLVED,
-        [
-            (label_body((*host, ("driver", driver), ("reason", reason))), str(n))
-            for (driver, reason), n in attribution.dra_unresolved
-        ],
-    )
+def render_dra_unresolved(out: FamilyWriter, unresolved: tuple[CountRow, ...]) -> None:
+    out.family(own.DRA_DEVICES_UNRESOLVED, count_samples(unresolved))
 
 
-def render_source_health(
-    out: FamilyWriter, context: AttributionContext, config: LabelConfig
-) -> None:
-    status = context.pods_status
+def render_source_health(out: FamilyWriter, sources: SourceHealth) -> None:
+    status = sources.podresources
     if status is not None:
         out.family(own.PODRESOURCES_UP, [("", format_value(status.up))])
         if status.last_success_at is not None:
@@ -156,10 +73,9 @@ def render_source_health(
             own.PODRESOURCES_ERRORS_TOTAL,
             [(label_body((("code", code),)), str(n)) for code, n in status.errors],
         )
-    view = context.kube
+    view = sources.kubernetes
     if view is None:
         return
-    host = host_labels(config)
     out.family(
         own.KUBERNETES_WATCH_UP,
         [
@@ -174,15 +90,7 @@ def render_source_health(
     )
     out.family(
         own.KUBERNETES_LAST_UPDATE_TIMESTAMP_SECONDS,
-        [
-            (label_body((("resource", name),)), format_value(at))
-            for name, at in (
-                ("pods", view.pods_updated_at),
-                ("node", view.node_updated_at),
-                ("resourceslices", view.slices_updated_at),
-            )
-            if at is not None
-        ],
+        [(label_body((("resource", name),)), format_value(at)) for name, at in view.updated_at],
     )
     out.family(own.KUBERNETES_WATCH_ERRORS_TOTAL, [("", str(view.watch_errors))])
     out.family(own.KUBERNETES_RELISTS_TOTAL, [("", str(view.relists))])
@@ -191,17 +99,5 @@ def render_source_health(
         own.POD_SERIES_LABELS_DROPPED_TOTAL,
         [(label_body((("reason", r),)), str(n)) for r, n in view.series_labels_dropped],
     )
-    if view.node_synced:
-        from exporter.kubernetes.label_names import sanitize_label_name
-
-        out.family(
-            own.NODE_INFO,
-            [
-                (
-                    label_body(
-                        (*host, *((sanitize_label_name(k), v) for k, v in view.node_labels))
-                    ),
-                    "1",
-                )
-            ],
-        )
+    if view.node_info is not None:
+        out.family(own.NODE_INFO, [(label_body(view.node_info), "1")])

@@ -1,4 +1,5 @@
-"""Renders a NodeSnapshot: the DCGM-compatible families, then the exporter's own metrics.
+"""Renders an AttributedNode (a NodeSnapshot joined with its pods, exporter/attribution/): the
+DCGM-compatible families, then the exporter's own metrics.
 
 The body is rendered once per snapshot on the poller thread. Only the tail, the two lines that
 depend on the moment of the scrape (snapshot age and staleness), is rendered per request.
@@ -14,6 +15,8 @@ from importlib import metadata
 from typing import Any
 
 from exporter import __version__
+from exporter.attribution.devices import device_labels, host_labels
+from exporter.attribution.model import AttributedNode, Entity, Labels
 from exporter.clock_events import CLOCK_EVENTS
 from exporter.config import LabelConfig
 from exporter.dcgm_compat import converter
@@ -24,21 +27,15 @@ from exporter.exposition.attribution_metrics import (
     render_dra_unresolved,
     render_source_health,
 )
-from exporter.exposition.context import NO_CONTEXT, AttributionContext
 from exporter.exposition.dcgm_families import DcgmFamily, families_for
-from exporter.exposition.entities import Entity, dcgm_entities, device_labels, host_labels
 from exporter.exposition.process_metrics import log_name_conflict_samples, render_pod_usage
 from exporter.exposition.text_format import (
     FamilyWriter,
-    Labels,
     format_dcgm_value,
     format_value,
     label_body,
 )
-from exporter.podresources.attribution import EMPTY as EMPTY_ATTRIBUTION
-from exporter.podresources.attribution import Attribution, attribute
-from exporter.processes.pod_usage import pod_usage
-from exporter.snapshot import ConnectionCounts, NodeSnapshot
+from exporter.snapshot import ConnectionCounts
 from exporter.xid_messages import xid_message
 
 log = logging.getLogger(__name__)
@@ -84,18 +81,20 @@ class Renderer:
             body = self._bodies[labels] = label_body(labels)
         return body
 
-    def render_body(self, snapshot: NodeSnapshot, context: AttributionContext = NO_CONTEXT) -> str:
-        """The body for `snapshot`. What comes from outside (pod labels, names, API and kubelet
+    @property
+    def labels(self) -> LabelConfig:
+        return self._labels
+
+    def render_body(self, node: AttributedNode) -> str:
+        """The body for `node`. What comes from outside (pod labels, names, API and kubelet
         answers) must not cost the rest: a family whose samples fail is left out, a part that
-        fails as a whole is skipped, and a join that fails gives the device series without
-        pods; each is counted in RENDER_ERRORS_TOTAL and logged once."""
+        fails as a whole is skipped, and so is a part the join could not compute (a failed pod
+        join leaves the device series without pods); each is counted in RENDER_ERRORS_TOTAL and
+        logged once."""
+        for part, error in node.failures:
+            self._failed(part, error)
         out = FamilyWriter()
-        try:
-            attribution, usage, entities = self._join(snapshot, context)
-        except Exception as exc:
-            self._failed("pod join", exc)
-            attribution, usage = EMPTY_ATTRIBUTION, {}
-            entities = dcgm_entities(snapshot, self._labels)
+        snapshot, entities = node.snapshot, node.entities
         bodies = [self._label_body(e.labels) for e in entities]
         readings = [e.readings for e in entities]
         profiling = [e.profiling for e in entities]
@@ -105,25 +104,17 @@ class Renderer:
         parts: list[tuple[str, Callable[[], None]]] = [
             ("xid", lambda: self._xid(out, entities, bodies)),
             ("clock events", lambda: self._clock_events(out, entities, bodies)),
-            ("own metrics", lambda: self._self_metrics(out, snapshot, context)),
-            (
-                "capacity",
-                lambda: render_capacity(out, snapshot, attribution, context, self._labels),
-            ),
+            ("own metrics", lambda: self._self_metrics(out, node)),
+            ("capacity", lambda: render_capacity(out, snapshot, node.capacity, self._labels)),
         ]
-        if context.attribution_enabled:
-            parts += [
-                (
-                    "allocations",
-                    lambda: render_allocations(out, snapshot, attribution, context, self._labels),
-                ),
-                ("dra", lambda: render_dra_unresolved(out, attribution, self._labels)),
-            ]
-        if usage:
-            parts.append(
-                ("pod usage", lambda: render_pod_usage(out, snapshot, usage, self._labels))
-            )
-        parts.append(("sources", lambda: render_source_health(out, context, self._labels)))
+        allocations, dra_unresolved, usage = node.allocations, node.dra_unresolved, node.pod_usage
+        if allocations is not None:
+            parts.append(("allocations", lambda: render_allocations(out, allocations)))
+        if dra_unresolved is not None:
+            parts.append(("dra", lambda: render_dra_unresolved(out, dra_unresolved)))
+        if usage is not None:
+            parts.append(("pod usage", lambda: render_pod_usage(out, usage)))
+        parts.append(("sources", lambda: render_source_health(out, node.sources)))
         for part, render in parts:
             try:
                 render()
@@ -140,22 +131,6 @@ class Renderer:
                 ],
             )
         return out.text()
-
-    def _join(
-        self, snapshot: NodeSnapshot, context: AttributionContext
-    ) -> tuple[Attribution, dict[Any, Any], list[Entity]]:
-        attribution = attribute(
-            snapshot, context.pods, None if context.kube is None else context.kube.resource_slices
-        )
-        # Process accounting stands on its own: without pod-resources every process is on its
-        # device's unattributed row, with the reason.
-        usage = (
-            pod_usage(snapshot, attribution if context.attribution_enabled else None, context.kube)
-            if any(g.processes is not None for g in snapshot.gpus)
-            else {}
-        )
-        entities = dcgm_entities(snapshot, self._labels, attribution, context.kube, usage)
-        return attribution, usage, entities
 
     def _failed(self, part: str, exc: Exception) -> None:
         if part not in self._render_errors:
@@ -183,7 +158,7 @@ class Renderer:
             if sample is not None:
                 yield body, sample
 
-    def _xid(self, out: FamilyWriter, entities: list[Entity], bodies: list[str]) -> None:
+    def _xid(self, out: FamilyWriter, entities: tuple[Entity, ...], bodies: list[str]) -> None:
         out.family(
             self._dcgm.xid,
             (
@@ -210,7 +185,9 @@ class Renderer:
             ),
         )
 
-    def _clock_events(self, out: FamilyWriter, entities: list[Entity], bodies: list[str]) -> None:
+    def _clock_events(
+        self, out: FamilyWriter, entities: tuple[Entity, ...], bodies: list[str]
+    ) -> None:
         # Board-level counts: every MIG instance of a GPU repeats its board's, as for XIDs.
         out.family(
             self._dcgm.clock_events_total,
@@ -221,9 +198,8 @@ class Renderer:
             ),
         )
 
-    def _self_metrics(
-        self, out: FamilyWriter, snap: NodeSnapshot, context: AttributionContext
-    ) -> None:
+    def _self_metrics(self, out: FamilyWriter, node: AttributedNode) -> None:
+        snap = node.snapshot
         out.family(own.BUILD_INFO, [(label_body(BUILD_LABELS + self._host), "1")])
         out.family(own.NVML_UP, [("", format_value(snap.nvml_up))])
         out.family(
@@ -235,7 +211,7 @@ class Renderer:
                 own.LAST_COLLECTION_SUCCESS_TIMESTAMP_SECONDS,
                 [("", format_value(snap.last_success_at))],
             )
-        statuses = snap.collectors + context.collector_statuses()
+        statuses = snap.collectors + node.collectors
         collectors = [(label_body((("collector", c.name),)), c) for c in statuses]
         out.family(
             own.COLLECTOR_SUCCESS,

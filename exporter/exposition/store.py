@@ -4,7 +4,8 @@ The body is compressed once per snapshot. The per-scrape tail is appended to a c
 compressor's state (`zlib.compressobj().copy()`), so a gzip scrape costs a few microseconds of
 compression for the tail only and still yields a single, ordinary gzip member.
 
-A published snapshot is rendered on the poller thread when a scrape is due before the next sweep
+A published snapshot is joined with its pods (the `attributed` callable, exporter/attribution/)
+and rendered on the poller thread when a scrape is due before the next sweep
 (scrape_schedule.py), which is how a scrape usually finds its bytes ready; one that nobody will
 read is kept unrendered, and a scrape that comes for it anyway renders it then, once.
 """
@@ -19,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.exposition.context import NO_CONTEXT, AttributionContext
+from exporter.attribution.devices import without_pods
+from exporter.attribution.model import AttributedNode
 from exporter.exposition.renderer import Renderer
 from exporter.exposition.scrape_schedule import ScrapeSchedule
 from exporter.snapshot import ConnectionCounts, NodeSnapshot
@@ -80,13 +82,25 @@ class Exposition:
         return self.gzip_head + compressor.compress(tail) + compressor.flush()
 
 
+# Joins a snapshot with its pods (exporter.attribution.join, wired in by exporter/app.py, which
+# knows the sources).
+Attributed = Callable[[NodeSnapshot], AttributedNode]
+
+
 def build_exposition(
-    snapshot: NodeSnapshot, renderer: Renderer, context: AttributionContext = NO_CONTEXT
+    snapshot: NodeSnapshot, renderer: Renderer, attributed: Attributed
 ) -> Exposition:
+    """`snapshot` joined and rendered; the join is timed with the render, as the per-snapshot
+    cost that the render duration reports."""
     started = time.perf_counter()
+    try:
+        node = attributed(snapshot)
+    except Exception as exc:
+        # A join that fails gives the device series without pods (counted, never the whole body).
+        node = without_pods(snapshot, renderer.labels, exc)
     # Label values are made encodable where they are escaped; "replace" is the last resort that
     # keeps one unforeseen string from failing every scrape.
-    body = renderer.render_body(snapshot, context).encode("utf-8", "replace")
+    body = renderer.render_body(node).encode("utf-8", "replace")
     compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, _GZIP_WBITS)
     head = compressor.compress(body) + compressor.flush(zlib.Z_SYNC_FLUSH)
     return Exposition(snapshot, body, head, compressor, time.perf_counter() - started)
@@ -99,13 +113,13 @@ class ExpositionStore:
     def __init__(
         self,
         renderer: Renderer,
-        context_source: Callable[[], AttributionContext] = lambda: NO_CONTEXT,
+        attributed: Attributed,
         *,
         interval_seconds: float = 0.0,
         schedule: ScrapeSchedule | None = None,
     ) -> None:
         self._renderer = renderer
-        self._context_source = context_source
+        self._attributed = attributed
         # How long a published snapshot stays the newest; 0 renders every snapshot.
         self._interval = interval_seconds
         self.schedule = schedule or ScrapeSchedule()
@@ -145,6 +159,6 @@ class ExpositionStore:
             snapshot = self.latest
             current = self.current
             if snapshot is not None and (current is None or current.snapshot is not snapshot):
-                current = build_exposition(snapshot, self._renderer, self._context_source())
+                current = build_exposition(snapshot, self._renderer, self._attributed)
                 self.current = current
             return current

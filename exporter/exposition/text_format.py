@@ -11,10 +11,10 @@ import math
 import re
 from collections.abc import Iterable
 
+from exporter.attribution.model import Labels
 from exporter.exposition.metric_family import Declared
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-Labels = tuple[tuple[str, str], ...]
 
 
 # A lone surrogate cannot be encoded as UTF-8: a file name decoded with surrogateescape, or a
@@ -39,6 +39,11 @@ def escape_help(text: str) -> str:
 def label_body(labels: Labels) -> str:
     """'a="x",b="y"' (without braces), values escaped."""
     return ",".join(f'{name}="{escape_label_value(value)}"' for name, value in labels)
+
+
+def count_samples(rows: Iterable[tuple[Labels, int]]) -> list[tuple[str, str]]:
+    """FamilyWriter.family's samples for label sets with integer counts."""
+    return [(label_body(labels), str(n)) for labels, n in rows]
 
 
 def format_value(value: float | int | bool, fixed: bool = False) -> str:

@@ -15,9 +15,11 @@ again after `recheck_seconds` (ten minutes in production).
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from exporter.background import BackgroundThread
 from exporter.dra.names import NVIDIA_GPU_DRIVER
@@ -30,11 +32,6 @@ from exporter.dra.slices import (
     parse_resource_slice,
 )
 from exporter.kubernetes.api_answers import MAX_SLICE_LIST_BYTES
-
-if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-
-    from exporter.kubernetes.watcher import KubernetesWatcher
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +73,39 @@ class SliceStore:
         return offered_devices(self.slices.values())
 
 
+class SliceWatchOwner(Protocol):
+    """What the slice watch uses of the watcher that runs it (watcher.py's KubernetesWatcher):
+    named here so that this module need not import that one, which imports this."""
+
+    _stop: threading.Event
+    _node: str
+
+    def _watch_forever(self, one_round: Callable[[], None], synced_field: str) -> None: ...
+
+    def _update(self, **changes: Any) -> None: ...
+
+    def _api_client(self) -> Any: ...
+
+    def _list(
+        self, call: Callable[..., Any], selector: str, what: str, max_bytes: int
+    ) -> tuple[list[Any], str]: ...
+
+    def _watch(
+        self,
+        call: Callable[..., Any],
+        selector: str,
+        version: str,
+        on_event: Callable[[str, dict], None],
+        what: str,
+    ) -> None: ...
+
+
 class SliceWatchThread(BackgroundThread):
     """The ResourceSlice watch, in a supervised thread of its own, stopped with the others."""
 
     thread_name = "kubernetes-resourceslices"
 
-    def __init__(self, owner: KubernetesWatcher, recheck_seconds: float) -> None:
+    def __init__(self, owner: SliceWatchOwner, recheck_seconds: float) -> None:
         super().__init__()
         self._stop = owner._stop
         self._owner = owner

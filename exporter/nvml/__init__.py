@@ -1,2 +1,2 @@
-"""Everything that talks to NVML. All calls go through the `pynvml` module attribute, so the
-simulator can stand in for the driver by patching that module."""
+"""Everything that talks to NVML. Every call goes through the NvmlSource the poller is handed
+(source.py): the `pynvml` module on a GPU host, the simulator's object under --simulate."""

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pynvml
+
+from exporter.nvml.source import NvmlSource
 
 NVMLError = pynvml.NVMLError
 
@@ -45,7 +45,7 @@ def check_binding() -> str | None:
     return None
 
 
-def real_nvml() -> Any:
+def real_nvml() -> NvmlSource:
     """What the poller calls on a real node: nvidia-ml-py's module itself, whose functions reach
     the driver's libnvidia-ml.so.1."""
-    return pynvml
+    return NvmlSource(api=pynvml)

@@ -234,7 +234,7 @@ class GpmSampler(PeriodicHelper):
     def _sample_device(
         self, target: GpmTarget, round_: _Round, driver: _DriverState
     ) -> set[EntityKey]:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(target.index)
+        handle = self._nvml.api.nvmlDeviceGetHandleByIndex(target.index)
         if not self._is_supported(target.uuid, handle, driver):
             return set()
         keys: list[EntityKey] = (
@@ -302,10 +302,9 @@ class GpmSampler(PeriodicHelper):
                 values[name] = max(0.0, metric.value * factor)
         return ProfilingReadings(**values)
 
-    @staticmethod
-    def _free(driver: _DriverState, keys: list[EntityKey]) -> None:
+    def _free(self, driver: _DriverState, keys: list[EntityKey]) -> None:
         for key in keys:
             buffers = driver.buffers.pop(key, None)
             for sample in buffers.samples if buffers else ():
                 with contextlib.suppress(NVMLError):
-                    pynvml.nvmlGpmSampleFree(sample)
+                    self._nvml.api.nvmlGpmSampleFree(sample)

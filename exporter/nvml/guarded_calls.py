@@ -13,8 +13,6 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-import pynvml
-
 from exporter.nvml.binding import GPU_GONE, PERMANENTLY_UNAVAILABLE, NVMLError, error_name
 from exporter.nvml.error_tally import ErrorTally
 
@@ -28,8 +26,11 @@ def alt(function: str, *args: Any, **kwargs: Any) -> Alternative:
 
 
 class GuardedNvml:
-    def __init__(self, tally: ErrorTally) -> None:
+    def __init__(self, tally: ErrorTally, api: Any) -> None:
         self._tally = tally
+        # NvmlSource.api: where the calls go. Callers whose errors are not this guard's business
+        # (a handle lookup that a lost GPU fails) call it directly.
+        self.api = api
         self._lock = threading.Lock()
         # (device uuid, call key) -> NVML error name that made us give up on it.
         self._unavailable: dict[tuple[str, str], str] = {}
@@ -57,7 +58,7 @@ class GuardedNvml:
             if (uuid, alt_key) in self._unavailable:
                 continue
             try:
-                return getattr(pynvml, function)(*args, **kwargs)
+                return getattr(self.api, function)(*args, **kwargs)
             except GPU_GONE:
                 self._tally.record(function, "GPU_IS_LOST")
                 raise
@@ -83,7 +84,7 @@ class GuardedNvml:
         """Call without memoisation, counting any error before re-raising it; errors of the
         `answers` types are an expected reply (a privilege refusal), re-raised uncounted."""
         try:
-            return getattr(pynvml, function)(*args, **kwargs)
+            return getattr(self.api, function)(*args, **kwargs)
         except answers:
             raise
         except NVMLError as exc:

@@ -115,3 +115,28 @@ class PeriodicHelper(PeriodicSampler):
 
     def run_once(self) -> None:
         self.sample_once()
+
+
+class HelperRunner(Protocol):
+    """How a poller sets its helpers going: ThreadedHelpers in production; a caller that steps
+    simulated time hands one that runs their rounds when told (simulator/stepped_time.py)."""
+
+    def attach(self, helpers: Sequence[PollerHelper]) -> None:
+        """The poller's helpers, once, when it is built."""
+
+    def start(self) -> None:
+        """NVML came up, the first time or again after a reload; idempotent."""
+
+
+class ThreadedHelpers:
+    """Every helper on its own thread."""
+
+    def __init__(self) -> None:
+        self._helpers: tuple[PollerHelper, ...] = ()
+
+    def attach(self, helpers: Sequence[PollerHelper]) -> None:
+        self._helpers = tuple(helpers)
+
+    def start(self) -> None:
+        for helper in self._helpers:
+            helper.start()

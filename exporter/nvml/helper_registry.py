@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from exporter.config import CollectionConfig
 from exporter.nvml.error_tally import ErrorTally
@@ -12,47 +13,55 @@ from exporter.nvml.helper import PollerHelper
 from exporter.nvml.mig_reader import MigReader
 from exporter.nvml.pcie_sampler import PcieSampler
 from exporter.nvml.process_sampler import ProcessSampler
+from exporter.nvml.source import NvmlSource
 from exporter.nvml.xid_watcher import XidWatcher
 from exporter.processes.host_pids import HostPidOwners
 from exporter.processes.owner import PidOwners
 from exporter.scrape_cadence import NextScrapeIn, helper_cadence
 
 
-def build_helpers(
-    config: CollectionConfig,
-    nvml: GuardedNvml,
-    tally: ErrorTally,
-    on_mig_change: Callable[[str], None],
-    *,
-    mig: MigReader | None = None,
-    pid_owners: PidOwners | None = None,
-    next_scrape_in: NextScrapeIn | None = None,
-) -> tuple[PollerHelper, ...]:
-    """One line per helper: a new helper is its module plus a line here. The order is the order
-    of the snapshot's `collectors`, which users see in the exposition.
+@dataclass(frozen=True, slots=True)
+class HelperInputs:
+    """What a poller hands the helpers it drives.
 
-    `mig` is the poller's MIG reader, whose cached topology holds the MIG device handles;
-    `pid_owners` maps process accounting's PIDs to containers (by default from the host's /proc
-    and /var/log at the configured roots); `next_scrape_in`, when the exposition expects its next
-    scrape, so that GPM samples just before one (without it, every interval)."""
+    `mig` is the poller's MIG reader, whose cached topology holds the MIG device handles (None:
+    the helpers get one of their own); `pid_owners` maps process accounting's PIDs to containers
+    (None: from the host's /proc and /var/log at the configured roots); `next_scrape_in`, when
+    the exposition expects its next scrape, so that GPM samples just before one (None: every
+    interval)."""
+
+    config: CollectionConfig
+    source: NvmlSource
+    nvml: GuardedNvml
+    tally: ErrorTally
+    on_mig_change: Callable[[str], None]
+    mig: MigReader | None = None
+    pid_owners: PidOwners | None = None
+    next_scrape_in: NextScrapeIn | None = None
+
+
+# What a poller builds its helpers with: build_helpers, or (in tests) build_helpers and more.
+HelperFactory = Callable[[HelperInputs], Sequence[PollerHelper]]
+
+
+def build_helpers(inputs: HelperInputs) -> tuple[PollerHelper, ...]:
+    """One line per helper: a new helper is its module plus a line here. The order is the order
+    of the snapshot's `collectors`, which users see in the exposition."""
+    config, nvml, next_scrape_in = inputs.config, inputs.nvml, inputs.next_scrape_in
     gpm_cadence = (
         None if next_scrape_in is None else helper_cadence(config.interval_seconds, next_scrape_in)
     )
     helpers: list[PollerHelper | None] = [
-        XidWatcher(
-            tally,
-            on_mig_change,
-            wait_ms=config.xid_event_wait_ms,
-            reregister_delay_seconds=config.xid_reregister_delay_seconds,
-        )
+        XidWatcher(inputs.source, inputs.tally, inputs.on_mig_change)
         if config.xid_enabled
         else None,
         PcieSampler(nvml, config.pcie_interval_seconds) if config.pcie_enabled else None,
         GpmSampler(nvml, config.interval_seconds, gpm_cadence) if config.gpm_enabled else None,
         ProcessSampler(
             nvml,
-            mig or MigReader(nvml, config.mig_refresh_seconds),
-            pid_owners or HostPidOwners(config.proc_root, config.log_root),
+            inputs.mig
+            or MigReader(nvml, config.mig_refresh_seconds, inputs.source.expected_refusal),
+            inputs.pid_owners or HostPidOwners(config.proc_root, config.log_root),
             config.interval_seconds,
         )
         if config.processes_enabled

@@ -30,11 +30,6 @@ from exporter.snapshot import GpuIdentity, MigInstance
 
 log = logging.getLogger(__name__)
 
-# Why NVML refuses the GPU-instance queries when that is known and intended: a simulated node runs
-# unprivileged on purpose (exporter.app.simulated_node sets this), so the refusal is no advice to
-# give; it is logged at debug, with this reason. None on a real node, where it is worth knowing.
-expected_refusal: str | None = None
-
 _EMPTY_SLOT = (pynvml.NVMLError_NotFound, pynvml.NVMLError_InvalidArgument)
 # How NVML declines the GPU-instance queries: no admin rights, a board or guest without them, a
 # driver without the symbol. That describes the deployment, not a failing GPU, so it is not
@@ -82,8 +77,12 @@ class _Topology:
 
 
 class MigReader:
-    def __init__(self, nvml: GuardedNvml, refresh_seconds: float) -> None:
+    def __init__(
+        self, nvml: GuardedNvml, refresh_seconds: float, expected_refusal: str | None = None
+    ) -> None:
         self._nvml = nvml
+        # NvmlSource.expected_refusal: why a refusal of the GPU-instance queries is intended.
+        self._expected_refusal = expected_refusal
         self._refresh_seconds = refresh_seconds
         self._lock = threading.Lock()
         self._topologies: dict[str, _Topology] = {}
@@ -149,7 +148,7 @@ class MigReader:
         slots = []
         for index in range(max_count):
             try:
-                handle = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(parent_handle, index)
+                handle = self._nvml.api.nvmlDeviceGetMigDeviceHandleByIndex(parent_handle, index)
             except _EMPTY_SLOT:
                 continue
             uuid = str(raw("nvmlDeviceGetUUID", handle))
@@ -245,12 +244,12 @@ class MigReader:
         if parent.uuid in self._refusal_logged:
             return
         self._refusal_logged.add(parent.uuid)
-        if expected_refusal is not None:
+        if self._expected_refusal is not None:
             log.debug(
                 "%s: NVML refused the GPU-instance queries (%s), as expected: %s",
                 parent.uuid,
                 exc,
-                expected_refusal,
+                self._expected_refusal,
             )
             return
         log.info(

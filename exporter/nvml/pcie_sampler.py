@@ -65,7 +65,7 @@ class PcieSampler(PeriodicHelper):
         ok = True
         for index, uuid in targets:
             try:
-                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                handle = self._nvml.api.nvmlDeviceGetHandleByIndex(index)
                 tx = self._nvml.call(
                     uuid,
                     "pcie_tx",

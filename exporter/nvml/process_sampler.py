@@ -30,8 +30,8 @@ from exporter.nvml.binding import GPU_GONE, PERMANENTLY_UNAVAILABLE, NVMLError, 
 from exporter.nvml.guarded_calls import GuardedNvml
 from exporter.nvml.helper import LiveGpu, PeriodicHelper
 from exporter.nvml.mig_reader import MigReader
-from exporter.processes.owner import PidOwners, ProcessOwner, log_name_conflicts
-from exporter.snapshot import GpuIdentity, GpuProcess, GpuSnapshot
+from exporter.processes.owner import PidOwners, log_name_conflicts
+from exporter.snapshot import GpuIdentity, GpuProcess, GpuSnapshot, ProcessOwner
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ class ProcessSampler(PeriodicHelper):
     def _sample_gpu(
         self, target: LiveGpu, driver: _DriverState
     ) -> tuple[dict[ProcessKey, int | None], dict[int, int] | None]:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(target.index)
+        handle = self._nvml.api.nvmlDeviceGetHandleByIndex(target.index)
         if target.gpu_instance_ids is None:
             whole = _Handle(target.uuid, handle, None)
             return self._usage([whole], driver), self._sm_utilization(target.uuid, handle, driver)

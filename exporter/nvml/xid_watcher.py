@@ -21,6 +21,7 @@ from exporter.backoff import Backoff
 from exporter.nvml.binding import NVMLError, error_name
 from exporter.nvml.error_tally import ErrorTally
 from exporter.nvml.helper import LiveGpu
+from exporter.nvml.source import NvmlSource
 from exporter.nvml.xid_log import XidLog
 from exporter.snapshot import CollectorStatus, GpuSnapshot, XidRecord
 
@@ -94,21 +95,21 @@ class XidWatcher(BackgroundThread):
 
     def __init__(
         self,
+        source: NvmlSource,
         tally: ErrorTally,
         on_mig_change: Callable[[str], None],
         *,
         book: XidBook | None = None,
-        wait_ms: int = 1000,
-        reregister_delay_seconds: float = 1.0,
     ) -> None:
         super().__init__()
+        self._api = source.api
         self._book = book if book is not None else XidBook()
         self._tally = tally
         self._on_mig_change = on_mig_change
-        self._wait_ms = wait_ms
+        self._wait_ms = source.xid_event_wait_ms
         # How often registering is retried while there are no events to wait on (no GPUs yet, or
         # the driver is being reloaded): short in tests that reload the driver many times.
-        self.reregister_delay_seconds = reregister_delay_seconds
+        self.reregister_delay_seconds = source.xid_reregister_delay_seconds
         self._devices_lock = threading.Lock()
         self._devices: tuple[int, ...] = ()
         self._registered: tuple[int, ...] | None = None
@@ -162,7 +163,7 @@ class XidWatcher(BackgroundThread):
             self._stop.wait(self.reregister_delay_seconds)
             return
         try:
-            data = pynvml.nvmlEventSetWait_v2(self._event_set, self._wait_ms)
+            data = self._api.nvmlEventSetWait_v2(self._event_set, self._wait_ms)
         except pynvml.NVMLError_Timeout:
             self._xid_log.flush()
             self.healthy = True
@@ -194,7 +195,7 @@ class XidWatcher(BackgroundThread):
 
     def _handle(self, data: pynvml.c_nvmlEventData_t) -> None:
         try:
-            uuid = str(pynvml.nvmlDeviceGetUUID(data.device))
+            uuid = str(self._api.nvmlDeviceGetUUID(data.device))
         except NVMLError as exc:
             self._tally.record("nvmlDeviceGetUUID", error_name(exc))
             return
@@ -212,17 +213,17 @@ class XidWatcher(BackgroundThread):
             self._registered = indexes
             return
         try:
-            event_set = pynvml.nvmlEventSetCreate()
+            event_set = self._api.nvmlEventSetCreate()
         except NVMLError as exc:
             self._tally.record("nvmlEventSetCreate", error_name(exc))
             return
         registered = 0
         for index in indexes:
             try:
-                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-                mask = WANTED_EVENTS & pynvml.nvmlDeviceGetSupportedEventTypes(handle)
+                handle = self._api.nvmlDeviceGetHandleByIndex(index)
+                mask = WANTED_EVENTS & self._api.nvmlDeviceGetSupportedEventTypes(handle)
                 if mask:
-                    pynvml.nvmlDeviceRegisterEvents(handle, mask, event_set)
+                    self._api.nvmlDeviceRegisterEvents(handle, mask, event_set)
                     registered += 1
             except NVMLError as exc:
                 # NOT_SUPPORTED here means nothing was registered for this GPU; the set still works.
@@ -236,7 +237,7 @@ class XidWatcher(BackgroundThread):
     def _release(self) -> None:
         if self._event_set is not None:
             try:
-                pynvml.nvmlEventSetFree(self._event_set)
+                self._api.nvmlEventSetFree(self._event_set)
             except NVMLError as exc:
                 self._tally.record("nvmlEventSetFree", error_name(exc))
             self._event_set = None

@@ -19,8 +19,9 @@ from pathlib import Path
 
 from exporter.processes.cgroup_path import PodCgroup, container_id_of_segment, pod_cgroup
 from exporter.processes.kubelet_logs import ContainerNames, KubeletLogIndex, PodNames
-from exporter.processes.owner import EXITED, HOST, OTHER_PID_NAMESPACE, ProcessOwner
+from exporter.processes.owner import EXITED, HOST, OTHER_PID_NAMESPACE
 from exporter.processes.proc_files import NotRegularFile, read_head
+from exporter.snapshot import ProcessOwner
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +147,8 @@ class HostPidOwners:
 
     def _named(self, owner: ProcessOwner) -> tuple[ProcessOwner, bool]:
         """The owner with the names the kubelet's logs give, and whether they gave all there are
-        to give. A pod the logs do not name keeps its UID alone: the exposition can still name it
-        from the Kubernetes view, so it is not reported as an unknown container here."""
+        to give. A pod the logs do not name keeps its UID alone: the attribution join can still
+        name it from the Kubernetes view, so it is not reported as an unknown container here."""
         names = self._logs.containers(owner.container_id) if owner.container_id else ()
         if len(names) == 1:
             [only] = names

@@ -1,34 +1,21 @@
 """Who a GPU process belongs to, as far as the host's /proc and /var/log can tell without the API
 server: the pod's UID and the container's ID from the process's cgroup, and their names from the
-kubelet's log-file layout. The exposition checks the owner against the pods that hold the device."""
+kubelet's log-file layout. The attribution join checks the owner against the pods that hold the
+device (pod_usage.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
+
+# Defined with the snapshot that carries it, so that what reads a snapshot (the renderer) needs
+# nothing from this package; imported from here as well, with the rest of the owner lookup.
+from exporter.snapshot import ProcessOwner
 
 # Why a process has no owner (the `reason` of the unattributed counts).
 HOST = "host"  # a process outside any pod (its cgroup is not under kubepods)
 OTHER_PID_NAMESPACE = "pid_not_visible"  # NVML's PID is not in the proc root we read
 EXITED = "exited"  # the process ended between the NVML call and the /proc read
 UNKNOWN_CONTAINER = "unknown_container"  # a pod cgroup, but no log files name it
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessOwner:
-    pod_uid: str
-    container_id: str
-    # Names from /var/log/pods and /var/log/containers; empty where the logs do not tell (the
-    # exposition then looks the UID up in the Kubernetes view, with --kubernetes).
-    namespace: str = ""
-    pod: str = ""
-    container: str = ""
-    # Set only when the log names of the container disagree (two symlinks for one container
-    # ID): every (namespace, pod, container) they give. `container` is then empty, and
-    # `namespace` and `pod` are the pod UID's one /var/log/pods directory where it names one of
-    # the candidates' pods, else empty too. The join picks among them by what the API server
-    # and the kubelet report (pod_usage.py), never by listing order.
-    name_candidates: tuple[tuple[str, str, str], ...] = ()
 
 
 class PidOwners(Protocol):

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from exporter.processes.owner import UNKNOWN_CONTAINER, ProcessOwner
-from exporter.snapshot import GpuProcess, NodeSnapshot
+from exporter.processes.owner import UNKNOWN_CONTAINER
+from exporter.snapshot import GpuProcess, NodeSnapshot, ProcessOwner
 
 if TYPE_CHECKING:
     from exporter.kubernetes.pod_metadata import KubernetesView

@@ -36,7 +36,8 @@ import threading
 from pathlib import Path
 
 from exporter.simulator.fleet import CGROUP_LAYOUTS
-from exporter.simulator.processes import HOST_UNIT, ProcessTable, SimContainer, SimProcess
+from exporter.simulator.processes import HOST_UNIT, ProcessTable
+from exporter.simulator.sim_process import SimContainer, SimProcess
 
 # cgroup v1 hierarchies as the kernel lists them (highest id first), and whether the container
 # runtime places its containers there: misc (Linux 5.13) is newer than the runtimes of the v1 era,

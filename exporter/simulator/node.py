@@ -12,11 +12,10 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-from exporter.config import Config, ConfigurationError
+from exporter.config import Config
+from exporter.errors import ConfigurationError
 from exporter.node_backend import NodeBackend
-from exporter.nvml import mig_reader
 from exporter.simulator.control import PREFIX, add_control_routes
 from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fake_nvml import FakeNvml
@@ -101,16 +100,17 @@ def simulated_node(config: Config, fleet: FleetSpec | None = None) -> Iterator[S
         if fleet.nvml_privileged
         else "the simulated node is unprivileged on purpose (its fleet sets nvml_privileged: false)"
     )
-    nvml = FakeNvml(fleet).install()
-    with scratch as tmp, _set_while(mig_reader, "expected_refusal", unprivileged):
+    nvml = FakeNvml(fleet)
+    with scratch as tmp:
         kubelet = FakeKubelet(nvml, Path(tmp) / "kubelet.sock").start()
         log.info("fake kubelet pod-resources socket at %s", kubelet.socket_path)
         attribution = replace(config.attribution, socket_path=str(kubelet.socket_path))
         collection = config.collection
         if collection.processes_enabled:
             # The pods' processes, and the host's /proc and /var/log as the node would show them.
-            nvml.processes = ProcessTable(nvml, kubelet)
-            tree = HostTree(nvml.processes, Path(tmp) / "host").refresh()
+            processes = ProcessTable(nvml, kubelet)
+            nvml.processes = processes
+            tree = HostTree(processes, Path(tmp) / "host").refresh()
             collection = replace(
                 collection, proc_root=str(tree.proc_root), log_root=str(tree.log_root)
             )
@@ -119,22 +119,12 @@ def simulated_node(config: Config, fleet: FleetSpec | None = None) -> Iterator[S
             with contextlib.ExitStack() as cluster:
                 if config.attribution.kubernetes_enabled and not config.attribution.kubeconfig:
                     config = _with_simulated_cluster(cluster, nvml, kubelet, config, Path(tmp))
-                backend = NodeBackend(nvml=nvml, config=config, node_name=fleet.node_name)
+                source = nvml.source(expected_refusal=unprivileged)
+                backend = NodeBackend(nvml=source, config=config, node_name=fleet.node_name)
                 yield SimulatedNode(nvml, kubelet, backend)
         finally:
             kubelet.stop()
-            nvml.uninstall()
-
-
-@contextlib.contextmanager
-def _set_while(owner: Any, name: str, value: Any) -> Iterator[None]:
-    """`owner.name` is `value` inside the block, and what it was before again after it."""
-    before = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, before)
+            nvml.close()
 
 
 def _with_simulated_cluster(

@@ -19,11 +19,12 @@ import hashlib
 import math
 import threading
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from exporter.dra.names import NVIDIA_GPU_DRIVER
 from exporter.simulator.sim_gpu import MIB, SimGpu, SimMigInstance, stable_uuid
+from exporter.simulator.sim_process import ProcessUse, SimContainer, SimProcess
 
 if TYPE_CHECKING:
     from exporter.simulator.fake_kubelet import FakeKubelet, FakePod
@@ -77,54 +78,6 @@ def container_id(seed: int, namespace: str, pod: str, container: str) -> str:
 def ticks_at(t: float) -> int:
     """Clock ticks since boot at simulated time t (the unit of /proc/<pid>/stat's field 22)."""
     return int((t + BOOT_AGE_S) * CLOCK_TICKS_PER_S)
-
-
-@dataclass(frozen=True, slots=True)
-class SimContainer:
-    namespace: str
-    pod: str
-    pod_uid: str
-    name: str
-    container_id: str
-    qos: str  # one of QOS_CLASSES
-
-
-@dataclass(frozen=True, slots=True)
-class SimProcess:
-    pid: int
-    comm: str
-    start_ticks: int
-    gpu_index: int
-    # The GPU instance it runs in on a MIG-enabled GPU; None on a whole GPU.
-    gpu_instance_id: int | None
-    # None: a process started on the host, outside any pod.
-    container: SimContainer | None
-    sm_weight: float
-    memory_weight: float
-    # Where its activity wave starts, in radians.
-    phase: float
-    # False for a process on a device its pod does not hold: pod-resources names other holders
-    # (or none), so attribution must report it unattributed.
-    holds_device: bool = True
-
-    @property
-    def on_host(self) -> bool:
-        return self.container is None
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessUse:
-    """One process's utilization sample, in percent of the sampling window."""
-
-    process: SimProcess
-    sm_pct: int
-    memory_pct: int
-    encoder_pct: int
-    decoder_pct: int
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.sm_pct or self.memory_pct or self.encoder_pct or self.decoder_pct)
 
 
 _DeviceKey = tuple[int, int | None]  # (gpu index, GPU-instance id or None)

@@ -26,11 +26,13 @@ from exporter.app import attribution_sources, exposition_store, with_node_name
 from exporter.cli import parse_config
 from exporter.config import Config
 from exporter.dcgm_compat import DEFAULT_VERSION, PROFILES, DcgmVersion, Profile
+from exporter.nvml.source import NvmlSource
 from exporter.poller import Poller
 from exporter.server import build_app
 from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.node import simulated_node
 from exporter.simulator.resource_slices import resource_slices
+from exporter.simulator.stepped_time import SteppedHelpers
 from tests.fake_kube_api import FakeKubeApi, write_kubeconfig
 
 GOLDEN_DIR = Path(__file__).resolve().parent
@@ -111,13 +113,14 @@ def scrape(golden: Golden) -> str:
             _publish_cluster_state(api, kubelet, config.labels.node_name)
             for obj in resource_slices(nvml):
                 api.put_slice(obj)
-        return _scrape_wired(config)
+        return _scrape_wired(config, node.backend.nvml)
 
 
-def _scrape_wired(config: Config) -> str:
+def _scrape_wired(config: Config, nvml: NvmlSource) -> str:
     pods, kube = attribution_sources(config)
     store = exposition_store(config, pods, kube)
-    poller = Poller(config.collection, store.publish, helper_threads=False)
+    stepped = SteppedHelpers()
+    poller = Poller(config.collection, store.publish, nvml, runner=stepped)
     try:
         for source in (pods, kube):
             if source is not None:
@@ -135,8 +138,8 @@ def _scrape_wired(config: Config) -> str:
             "the Kubernetes watches synced",
         )
         poller.sweep()
-        poller.run_helpers_once()
-        poller.run_helpers_once()
+        stepped.run_once()
+        stepped.run_once()
         store.publish(poller.sweep())
         app = build_app(store, config.web, lambda: None)
         return asyncio.run(_get(app, config.web.telemetry_path))

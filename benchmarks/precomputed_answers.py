@@ -1,11 +1,13 @@
 """Precomputed answers: the simulated NVML at near-zero cost, for measuring an exporter's own CPU.
 
 The simulator computes every answer from its workload models, and that cost lands in whichever
-process calls NVML. A benchmark that wants an exporter's own cost (issue: the simulator's share
-removed) installs the simulator with `precomputed=True`: the first CYCLE calls of each function
-with the same arguments are answered by the simulator and remembered; every later call replays
-them in turn, so values still change from one call to the next (nothing an exporter could skip
-as unchanged) while each answer costs a dictionary lookup.
+process calls NVML. A benchmark that wants an exporter's own cost (the simulator's share removed)
+hands the exporter `precomputed_api(sim)` instead of `sim.api`: the first CYCLE calls of each
+function with the same arguments are answered by the simulator and remembered; every later call
+replays them in turn, so values still change from one call to the next (nothing an exporter could
+skip as unchanged) while each answer costs a dictionary lookup. The replay sits between the
+simulated call and its charge (call_costs.py), so a replayed answer still costs the caller what
+the real call costs.
 
 Stateful calls pass through: library init and shutdown, XID event sets, GPM sample buffers, and
 anything whose arguments are not plain values (ctypes structures filled in place). GPM metrics
@@ -30,6 +32,8 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 import pynvml
+
+from exporter.simulator.fake_nvml import FakeNvml
 
 # Distinct answers kept per call; enough that consecutive sweeps see different values.
 CYCLE = 4
@@ -90,6 +94,11 @@ class _Replay:
     def __init__(self) -> None:
         self.outcomes: list[tuple[bool, Any]] = []  # (raised?, value or NVML error code)
         self.turn = itertools.count()
+
+
+def precomputed_api(sim: FakeNvml) -> Any:
+    """An api object over `sim` that replays remembered answers (see the module's docstring)."""
+    return sim.layered_api(PrecomputedAnswers(sim.gpm_sample).wrap)
 
 
 class PrecomputedAnswers:

@@ -1,14 +1,8 @@
-"""Flattens a snapshot into dcgm-exporter's entities and their label sets.
+"""Pod labels on the DCGM series, from the holders pod-resources gives each device.
 
-dcgm-exporter's default "flex" mode monitors a MIG-enabled GPU only through its GPU instances, and
-a plain GPU as a whole. Each instance repeats its parent's `gpu`, `UUID`, `pci_bus_id`, `device`
-and `modelName`, adds `GPU_I_PROFILE` and `GPU_I_ID`, carries its own framebuffer figures and
-repeats the board-level ones (temperature, power, clocks). Utilization does not exist on MIG;
-GPM's profiling metrics do, per instance, on Hopper and newer.
-
-Pod labels follow the holders from pod-resources: one container holding a device gives its series
-`container`, `namespace` and `pod`, as dcgm-exporter does. A device shared by several containers
-gets no pod labels by default (none of them owns it), or one copy of its series per holder.
+One container holding a device gives its series `container`, `namespace` and `pod`, as
+dcgm-exporter does. A device shared by several containers gets no pod labels by default (none of
+them owns it), or one copy of its series per holder.
 
 From the Kubernetes view, dcgm-exporter's opt-ins add to a holder's series its `pod_uid`
 (--kubernetes.enable-pod-uid) and the pod's own labels (--kubernetes.enable-pod-labels, spelt and
@@ -24,68 +18,18 @@ copy per share, so sums over the copies count the device once per container.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
-from exporter.config import HostLabel, LabelConfig
-from exporter.exposition.text_format import Labels
-from exporter.podresources.attribution import EMPTY, Attribution, Holder, share_order
+from exporter.attribution.model import Entity, Labels
+from exporter.config import LabelConfig
+from exporter.kubernetes.pod_metadata import KubernetesView
+from exporter.podresources.attribution import Attribution, DeviceKey, Holder, share_order
 from exporter.processes.pod_usage import DeviceUsage, Usage
-from exporter.snapshot import (
-    GpuIdentity,
-    GpuReadings,
-    GpuSnapshot,
-    MigInstance,
-    NodeSnapshot,
-    ProfilingReadings,
-    XidRecord,
-)
-
-if TYPE_CHECKING:
-    from exporter.kubernetes.pod_metadata import KubernetesView
+from exporter.snapshot import GpuReadings
 
 PER_POD = "per-pod"
 
-
-@dataclass(frozen=True, slots=True)
-class Entity:
-    gpu: GpuSnapshot
-    instance: MigInstance | None
-    labels: Labels
-    readings: GpuReadings
-    xid: XidRecord
-    holders: tuple[Holder, ...] = ()
-    profiling: ProfilingReadings | None = None
-
-
-def host_labels(config: LabelConfig) -> Labels:
-    if config.host_label is HostLabel.NONE:
-        return ()
-    return ((config.host_label.value, config.node_name),)
-
-
-def device_labels(identity: GpuIdentity, config: LabelConfig) -> Labels:
-    """The snake_case-safe device labels our own per-device metrics carry (no `modelName`)."""
-    return (
-        ("gpu", str(identity.index)),
-        ("UUID", identity.uuid),
-        ("pci_bus_id", identity.pci_bus_id),
-        ("device", identity.device),
-        *host_labels(config),
-    )
-
-
-def merge_xid(board: XidRecord, instance: XidRecord) -> XidRecord:
-    """An instance sees XIDs raised for it and the unattributed ones of its board."""
-    if not instance.counts:
-        return board
-    if not board.counts:
-        return instance
-    counts: dict[int, int] = dict(board.counts)
-    for code, n in instance.counts:
-        counts[code] = counts.get(code, 0) + n
-    newest = board if board.sequence >= instance.sequence else instance
-    return XidRecord(newest.last_xid, newest.sequence, tuple(sorted(counts.items())))
+ContainerKey = tuple[str, str, str]
 
 
 def pod_labels(holder: Holder) -> Labels:
@@ -120,9 +64,6 @@ def is_shared(holders: tuple[Holder, ...]) -> bool:
         return True
     claims = {(h.dra.claim_namespace, h.dra.claim_name) for h in holders if h.dra is not None}
     return len(claims) > 1 or any(h.dra is not None and h.dra.share_id for h in holders)
-
-
-ContainerKey = tuple[str, str, str]
 
 
 def _by_container(holders: tuple[Holder, ...]) -> dict[ContainerKey, list[Holder]]:
@@ -174,7 +115,7 @@ def _with_holders(
     holders: tuple[Holder, ...],
     config: LabelConfig,
     kube: KubernetesView | None,
-    usage: DeviceUsage | None = None,
+    usage: DeviceUsage | None,
 ) -> list[Entity]:
     containers = _by_container(holders)
     per_pod = config.shared_device_series == PER_POD
@@ -184,7 +125,6 @@ def _with_holders(
             replace(
                 entity,
                 labels=entity.labels + _holder_labels(entity, held, config, kube, per_pod),
-                holders=holders,
                 readings=(
                     _own_use(entity.readings, usage.by_container.get(container))
                     if own_use and usage is not None
@@ -193,77 +133,24 @@ def _with_holders(
             )
             for container, held in containers.items()
         ]
-    return [replace(entity, holders=holders)]
+    return [entity]
 
 
-def dcgm_entities(
-    snapshot: NodeSnapshot,
+def with_pods(
+    entities: list[Entity],
     config: LabelConfig,
-    attribution: Attribution = EMPTY,
-    kube: KubernetesView | None = None,
-    usage: Mapping[tuple[str, int | None], DeviceUsage] | None = None,
+    attribution: Attribution,
+    kube: KubernetesView | None,
+    usage: Mapping[DeviceKey, DeviceUsage],
 ) -> list[Entity]:
-    """The DCGM entities of `snapshot`, each with its holders' labels; `kube`, the Kubernetes
-    view, supplies pod UIDs and pod labels where the options ask for them; `usage`, each
-    container's own use, for per-pod copies under --attribution.per-pod-usage."""
-    entities = []
-    for entity in _device_entities(snapshot, config):
+    """`entities` with their holders' labels; `kube`, the Kubernetes view, supplies pod UIDs and
+    pod labels where the options ask for them; `usage`, each container's own use, for per-pod
+    copies under --attribution.per-pod-usage."""
+    joined = []
+    for entity in entities:
         key = (
             entity.gpu.identity.uuid,
             None if entity.instance is None else entity.instance.gpu_instance_id,
         )
-        entities += _with_holders(
-            entity,
-            attribution.for_device(*key),
-            config,
-            kube,
-            None if usage is None else usage.get(key),
-        )
-    return entities
-
-
-def _device_entities(snapshot: NodeSnapshot, config: LabelConfig) -> list[Entity]:
-    host = host_labels(config)
-    driver: Labels = ()
-    if config.driver_version_label and snapshot.driver_version:
-        driver = ((config.driver_version_label, snapshot.driver_version),)
-    entities: list[Entity] = []
-    for gpu in snapshot.gpus:
-        if not gpu.up or gpu.readings is None:
-            continue
-        ident = gpu.identity
-        base: Labels = (
-            ("gpu", str(ident.index)),
-            ("UUID", ident.uuid),
-            ("pci_bus_id", ident.pci_bus_id),
-            ("device", ident.device),
-            ("modelName", ident.name),
-        )
-        if not ident.mig_enabled:
-            entities.append(
-                Entity(gpu, None, base + host + driver, gpu.readings, gpu.xid, (), gpu.profiling)
-            )
-            continue
-        for inst in gpu.mig_instances:
-            labels = (
-                *base,
-                ("GPU_I_PROFILE", inst.profile),
-                ("GPU_I_ID", str(inst.gpu_instance_id)),
-                *host,
-                *driver,
-            )
-            readings = replace(
-                gpu.readings,
-                fb_total_bytes=inst.fb_total_bytes,
-                fb_used_bytes=inst.fb_used_bytes,
-                fb_free_bytes=inst.fb_free_bytes,
-                fb_reserved_bytes=inst.fb_reserved_bytes,
-                gpu_util_pct=None,
-                mem_copy_util_pct=None,
-                encoder_util_pct=None,
-                decoder_util_pct=None,
-            )
-            xid = merge_xid(gpu.xid, gpu.instance_xid(inst.gpu_instance_id))
-            profiling = gpu.profiling_of(inst.gpu_instance_id)
-            entities.append(Entity(gpu, inst, labels, readings, xid, (), profiling))
-    return entities
+        joined += _with_holders(entity, attribution.for_device(*key), config, kube, usage.get(key))
+    return joined

@@ -1,18 +1,15 @@
-"""What the exposition joins with each NVML snapshot: the latest pod-resources data and, when
-enrichment is on, the Kubernetes API view. Taken at publish time, so the join happens once per
-snapshot and never per scrape."""
+"""What the join (join.py) joins with each NVML snapshot: the latest pod-resources data and, when
+enrichment is on, the Kubernetes API view. Taken when the snapshot is joined, so the join happens
+once per snapshot and never per scrape."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from exporter.kubernetes.pod_metadata import KubernetesView
+from exporter.podresources.allocations import PodResourcesSnapshot
+from exporter.podresources.client import PodResourcesStatus
 from exporter.snapshot import CollectorStatus
-
-if TYPE_CHECKING:
-    from exporter.kubernetes.pod_metadata import KubernetesView
-    from exporter.podresources.allocations import PodResourcesSnapshot
-    from exporter.podresources.client import PodResourcesStatus
 
 
 @dataclass(frozen=True, slots=True)

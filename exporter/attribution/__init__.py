@@ -1,0 +1,4 @@
+"""The attribution join: one NVML snapshot with who holds each device (pod-resources, the
+Kubernetes view, DRA, time-slicing) and who uses it (process accounting), joined once per
+snapshot before rendering. `model` and `devices` import none of those sources, so the renderer
+can read their output without them."""

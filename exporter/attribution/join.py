@@ -1,0 +1,94 @@
+"""The attribution join: one NodeSnapshot with what the kubelet, the Kubernetes API and process
+accounting say about its devices, into the AttributedNode the renderer reads.
+
+Device plugin, DRA and time-slicing holders come from pod-resources (podresources/attribution.py),
+resolved against NVML and the node's ResourceSlices (exporter/dra/); process accounting says
+which container uses how much of each device (processes/pod_usage.py). Run once per snapshot, on
+the thread that renders it, never per scrape.
+
+What comes from outside (pod labels, names, API and kubelet answers) must not cost the rest: a
+part that fails is left out and named in `failures`, and a failing pod join leaves the device
+series without pods (issue 31). The renderer counts each in render_errors_total.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from exporter.attribution.allocation_rows import allocation_rows, dra_unresolved_rows
+from exporter.attribution.context import AttributionContext
+from exporter.attribution.devices import POD_JOIN, device_entities
+from exporter.attribution.model import AttributedNode, Entity, SourceHealth
+from exporter.attribution.node_capacity import node_capacity
+from exporter.attribution.pod_series import with_pods
+from exporter.attribution.source_health import source_health
+from exporter.attribution.usage_rows import pod_usage_rows
+from exporter.config import LabelConfig
+from exporter.podresources.attribution import EMPTY, Attribution, DeviceKey, attribute
+from exporter.processes.pod_usage import DeviceUsage, pod_usage
+from exporter.snapshot import NodeSnapshot
+
+_T = TypeVar("_T")
+
+
+def join(
+    snapshot: NodeSnapshot, context: AttributionContext, config: LabelConfig
+) -> AttributedNode:
+    """`snapshot` with the pods and sources of `context`, labelled as `config` asks."""
+    failures: list[tuple[str, Exception]] = []
+
+    def part(name: str, compute: Callable[[], _T], left_out: _T) -> _T:
+        try:
+            return compute()
+        except Exception as exc:
+            failures.append((name, exc))
+            return left_out
+
+    try:
+        attribution, usage, entities = _holders_and_users(snapshot, context, config)
+    except Exception as exc:
+        failures.append((POD_JOIN, exc))
+        attribution, usage, entities = EMPTY, {}, device_entities(snapshot, config)
+    kube = context.kube
+    enabled = context.attribution_enabled
+    return AttributedNode(
+        snapshot,
+        tuple(entities),
+        collectors=part("own metrics", context.collector_statuses, ()),
+        sources=part("sources", lambda: source_health(context, config), SourceHealth()),
+        capacity=part("capacity", lambda: node_capacity(snapshot, attribution, context), None),
+        allocations=(
+            part("allocations", lambda: allocation_rows(snapshot, attribution, kube, config), None)
+            if enabled
+            else None
+        ),
+        dra_unresolved=(
+            part("dra", lambda: dra_unresolved_rows(attribution, config), None) if enabled else None
+        ),
+        pod_usage=(
+            part("pod usage", lambda: pod_usage_rows(snapshot, usage, config), None)
+            if usage
+            else None
+        ),
+        failures=tuple(failures),
+    )
+
+
+def _holders_and_users(
+    snapshot: NodeSnapshot, context: AttributionContext, config: LabelConfig
+) -> tuple[Attribution, dict[DeviceKey, DeviceUsage], list[Entity]]:
+    attribution = attribute(
+        snapshot, context.pods, None if context.kube is None else context.kube.resource_slices
+    )
+    # Process accounting stands on its own: without pod-resources every process is on its
+    # device's unattributed row, with the reason.
+    usage = (
+        pod_usage(snapshot, attribution if context.attribution_enabled else None, context.kube)
+        if any(g.processes is not None for g in snapshot.gpus)
+        else {}
+    )
+    entities = with_pods(
+        device_entities(snapshot, config), config, attribution, context.kube, usage
+    )
+    return attribution, usage, entities

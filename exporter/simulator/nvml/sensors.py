@@ -1,0 +1,114 @@
+"""What a board measures: temperature, utilization, memory, power, energy and clocks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pynvml
+
+from exporter.simulator.nvml.core import MIN_DRIVER_FOR, NvmlCore, nvml_call
+from exporter.simulator.sim_gpu import SimGpu, SimMigInstance
+
+
+class SensorCalls(NvmlCore):
+    @nvml_call()
+    def nvmlDeviceGetTemperature(self, gpu: SimGpu, instance: None, sensor: int) -> int:
+        if sensor != pynvml.NVML_TEMPERATURE_GPU:
+            raise pynvml.NVMLError_InvalidArgument()
+        return gpu.temperature_c(self.now())
+
+    @nvml_call()
+    def nvmlDeviceGetUtilizationRates(self, gpu: SimGpu, instance: None) -> Any:
+        if gpu.mig_enabled:
+            raise pynvml.NVMLError_NotSupported()
+        t = self.now()
+        return pynvml.c_nvmlUtilization_t(
+            gpu=round(gpu.utilization(t) * 100), memory=round(gpu.memory_copy_utilization(t) * 100)
+        )
+
+    @nvml_call()
+    def nvmlDeviceGetEncoderUtilization(self, gpu: SimGpu, instance: None) -> list[int]:
+        if gpu.mig_enabled:
+            raise pynvml.NVMLError_NotSupported()
+        return [0, 167_000]
+
+    @nvml_call()
+    def nvmlDeviceGetDecoderUtilization(self, gpu: SimGpu, instance: None) -> list[int]:
+        if gpu.mig_enabled:
+            raise pynvml.NVMLError_NotSupported()
+        return [round(gpu.decoder_utilization(self.now()) * 100), 167_000]
+
+    @nvml_call(on_mig="ok")
+    def nvmlDeviceGetMemoryInfo(
+        self, gpu: SimGpu, instance: SimMigInstance | None, version: int | None = None
+    ) -> Any:
+        if version and self.fleet.driver_major < MIN_DRIVER_FOR["nvmlDeviceGetMemoryInfo_v2"]:
+            raise pynvml.NVMLError_FunctionNotFound()
+        t = self.now()
+        if instance is not None:
+            total, used, free = gpu.instance_memory(instance, t)
+            reserved = 0
+        else:
+            total, reserved, used, free = gpu.memory(t)
+        # v2 splits the board into used + free + reserved; v1, which has no reserved field,
+        # counts the reservation as used (docs/nvml.md, 'Framebuffer memory').
+        if version:
+            return pynvml.c_nvmlMemory_v2_t(
+                version=version, total=total, reserved=reserved, free=free, used=used
+            )
+        return pynvml.c_nvmlMemory_t(total=total, free=free, used=used + reserved)
+
+    @nvml_call()
+    def nvmlDeviceGetPowerUsage(self, gpu: SimGpu, instance: None) -> int:
+        t = self.now()
+        return gpu.power_average_mw(t) if gpu.model.averaged_power else gpu.power_mw(t)
+
+    @nvml_call()
+    def nvmlDeviceGetPowerManagementLimit(self, gpu: SimGpu, instance: None) -> int:
+        return gpu.power_limit_mw()
+
+    @nvml_call()
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, gpu: SimGpu, instance: None) -> int:
+        return gpu.model.tdp_mw
+
+    @nvml_call()
+    def nvmlDeviceGetPowerManagementLimitConstraints(
+        self, gpu: SimGpu, instance: None
+    ) -> list[int]:
+        # [min, max] in mW, as the binding returns them; a model without published bounds
+        # answers its default limit for both.
+        model = gpu.model
+        return [model.power_limit_min_mw or model.tdp_mw, model.power_limit_max_mw or model.tdp_mw]
+
+    @nvml_call()
+    def nvmlDeviceGetEnforcedPowerLimit(self, gpu: SimGpu, instance: None) -> int:
+        return gpu.power_limit_mw()
+
+    @nvml_call()
+    def nvmlDeviceGetTotalEnergyConsumption(self, gpu: SimGpu, instance: None) -> int:
+        return gpu.energy_mj(self.now())
+
+    @nvml_call()
+    def nvmlDeviceGetClockInfo(self, gpu: SimGpu, instance: None, clock_type: int) -> int:
+        t = self.now()
+        if clock_type in (pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_SM):
+            return gpu.sm_clock_mhz(t)
+        if clock_type == pynvml.NVML_CLOCK_MEM:
+            return gpu.mem_clock_mhz(t)
+        if clock_type == pynvml.NVML_CLOCK_VIDEO:
+            return int(gpu.sm_clock_mhz(t) * 0.9)
+        raise pynvml.NVMLError_InvalidArgument()
+
+    @nvml_call()
+    def nvmlDeviceGetMaxClockInfo(self, gpu: SimGpu, instance: None, clock_type: int) -> int:
+        if clock_type == pynvml.NVML_CLOCK_MEM:
+            return gpu.model.mem_clock_mhz
+        return gpu.model.max_sm_clock_mhz
+
+    @nvml_call()
+    def nvmlDeviceGetCurrentClocksEventReasons(self, gpu: SimGpu, instance: None) -> int:
+        return gpu.clock_event_reasons(self.now())
+
+    @nvml_call()
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, gpu: SimGpu, instance: None) -> int:
+        return gpu.clock_event_reasons(self.now())
