@@ -9,6 +9,8 @@ in that family's unit under the profile (a ratio for 4.9's utilization, percent 
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from alerts.rule_types import Group, Record
 from bundle.config import BundleConfig
 from bundle.dcgm_units import number
@@ -42,6 +44,37 @@ DEVICE_BUSY_MAX = "pod_device:DCGM_FI_DEV_GPU_UTIL:max_over_window"
 # MIG instances have none). The basis of usage-weighted chargeback.
 NS_POD_MEMORY = "namespace:kube_gpu_exporter_pod_gpu_memory_used_bytes:sum"
 NS_POD_SM = "namespace:kube_gpu_exporter_pod_gpu_sm_utilization_ratio:sum"
+# Energy each namespace's and each workload's containers used, and what no pod holding the device
+# accounts for, per node: from the exporter's per-container energy counter, whose rows of a device
+# add up to the device's energy. With carbon_intensity_g_per_kwh, the namespaces' estimated
+# emissions too. Each as a rate (`power`: joules, or grams, per second) and over the last hour.
+POD_ENERGY = "kube_gpu_exporter_pod_gpu_energy_joules_total"
+NS_ENERGY = "namespace:kube_gpu_exporter_pod_gpu_energy_joules:increase1h"
+WORKLOAD_ENERGY = "namespace_workload:kube_gpu_exporter_pod_gpu_energy_joules:increase1h"
+NODE_UNATTRIBUTED_ENERGY = "node:kube_gpu_exporter_pod_gpu_energy_joules_unattributed:increase1h"
+NS_CARBON = "namespace:kube_gpu_exporter_pod_gpu_carbon_grams:increase1h"
+JOULES_PER_KWH = 3_600_000
+# The step at which the rates are added up into energy, here and on the dashboard: no longer than
+# a rate's range (`dashboards.rate_interval`), so that no minute falls between two steps' rates.
+ENERGY_STEP = "1m"
+ENERGY_STEP_SECONDS = 60
+# An hour of steps as a subquery range, one millisecond short of the hour: Prometheus 2 includes
+# both ends of a range, so a range of exactly 1h holds 61 steps wherever an evaluation falls on
+# the clock's minute (always, in promtool and in a backfill).
+_HOUR_OF_STEPS = "59m59s999ms"
+
+
+def power(hourly: str) -> str:
+    """The rate record an hourly energy record adds up: `...:increase1h` -> `...:rate`. Its range
+    stays out of the name, as the device history's window does, so changing it renames nothing
+    the dashboards read."""
+    return hourly.removesuffix(":increase1h") + ":rate"
+
+
+def energy_over(record: str, steps: str) -> str:
+    """The joules of a rate record over a subquery range: its value at each step, which is the
+    rate over the step's last `dashboards.rate_interval`, times the step."""
+    return f"sum_over_time({record}[{steps}:{ENERGY_STEP}]) * {ENERGY_STEP_SECONDS}"
 
 
 def cluster_total(record: str, *keep: str) -> str:
@@ -134,6 +167,13 @@ def dra_mig_resource(allocation: str) -> str:
     return f'label_replace({joined}, "resource", "$1", "dra_mig_resource", "(.+/mig-[^/]+)")'
 
 
+def container_key(q: QueryBuilder) -> tuple[str, ...]:
+    """The labels of one container's series on one device, less the scrape's own (`instance`):
+    `max by` them counts a container once while a replaced exporter pod's series and its
+    replacement's overlap."""
+    return (q.host, "gpu", "UUID", "GPU_I_ID", q.namespace, q.pod, "container")
+
+
 def usage_group(config: BundleConfig) -> Group:
     q = QueryBuilder(config)
     ns, pod, host = q.namespace, q.pod, q.host
@@ -154,9 +194,8 @@ def usage_group(config: BundleConfig) -> Group:
         # The unattributed series (empty pod) is nobody's to pay for. `max by` one container's
         # series on one device: while a replaced exporter pod's last scrape is still fresh, the
         # old and the new instance report the same process twice.
-        container = (host, "gpu", "UUID", "GPU_I_ID", ns, pod, "container")
         attributed = q.exporter(metric, f'{pod}!=""')
-        return f"sum {q.by(ns)} (max {q.by(*container)} ({attributed}))"
+        return f"sum {q.by(ns)} (max {q.by(*container_key(q))} ({attributed}))"
 
     return Group(
         "kube-gpu-exporter-usage.rules",
@@ -221,3 +260,63 @@ def device_history_group(config: BundleConfig) -> Group:
         ),
         interval=window,
     )
+
+
+def energy_group(config: BundleConfig) -> Group:
+    """Energy per namespace, per workload and unattributed per node, as rates and per hour.
+
+    The counters start at 0 whenever an exporter starts, so only rate() reads them, which takes a
+    counter's reset in its stride. Two exporter pods can report one container at once while one
+    replaces the other, the old one's counter counting from its own start and the new one's from
+    0: a `max by` of their increases over a whole hour would keep the larger share and drop the
+    other, and their sum would count the overlap twice. Their rates over one
+    `dashboards.rate_interval` agree instead, so a `max by` per container series counts the
+    container once, as the usage records do, and an hour adds up the rates a minute apart.
+    Adding rates rather than increases also leaves the result alone whatever the evaluation
+    interval and offset of the group, and needs no window on the clock."""
+    q = QueryBuilder(config)
+    ns, pod, host = q.namespace, q.pod, q.host
+    window = q.rate_interval
+    owner = ("owner_kind", "owner_name")
+    pod_device = (host, "UUID", ns, pod)
+
+    def rate(by: tuple[str, ...], *extra: str) -> str:
+        return f"max {q.by(*by)} (rate({q.exporter(POD_ENERGY, *extra)}[{window}]))"
+
+    def records(hourly: str, rate_expr: str) -> tuple[Record, Record]:
+        return Record(power(hourly), rate_expr), Record(
+            hourly, energy_over(power(hourly), _HOUR_OF_STEPS)
+        )
+
+    attributed = rate(container_key(q), f'{pod}!=""')
+    # Each pod's owner over the rate's range, not at its end: a pod that ended within it has no
+    # allocation row left there, and its last joules must still reach its workload. `group`, as
+    # for WORKLOAD_UTIL: the allocation's value is a replica count, and the join only copies
+    # labels. `topk` keeps one owner per pod: one whose owner labels arrived within the range
+    # (the enrichment saw it after the kubelet did) has two rows, and two would fail the join.
+    allocation = q.exporter("kube_gpu_exporter_pod_device_allocation")
+    owners = (
+        f"topk {q.by(*pod_device)} (1, group {q.by(*pod_device, *owner)} "
+        f"(last_over_time({allocation}[{window}])))"
+    )
+    unattributed = rate((host, "gpu", "UUID", "GPU_I_ID"), f'{pod}=""')
+    rules = [
+        *records(NS_ENERGY, f"sum {q.by(ns)} ({attributed})"),
+        # Owners come from the exporter's Kubernetes enrichment (--kubernetes).
+        *records(
+            WORKLOAD_ENERGY,
+            f"sum {q.by(ns, *owner)} ({attributed} * {q.on(*pod_device)} "
+            f"group_left ({', '.join(owner)}) {owners})",
+        ),
+        *records(NODE_UNATTRIBUTED_ENERGY, f"sum {q.by(q.node)} ({q.as_node(unattributed)})"),
+    ]
+    intensity = config.carbon_intensity_g_per_kwh
+    if intensity is not None:
+        # Multiplied before divided: whole joules times a whole intensity stay exact, and only
+        # the division rounds.
+        grams = f"* {number(Fraction(str(intensity)))} / {JOULES_PER_KWH}"
+        rules += [
+            Record(power(NS_CARBON), f"{power(NS_ENERGY)} {grams}"),
+            Record(NS_CARBON, f"{NS_ENERGY} {grams}"),
+        ]
+    return Group("kube-gpu-exporter-energy.rules", tuple(rules))

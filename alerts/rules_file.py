@@ -20,6 +20,7 @@ def recording_groups(config: BundleConfig) -> list[Group]:
         recording.cluster_group(config),
         recording.usage_group(config),
         recording.device_history_group(config),
+        recording.energy_group(config),
     ]
 
 

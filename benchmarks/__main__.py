@@ -8,7 +8,9 @@ fleets x three exporters, each watched for a minute and driven by wrk), a quarte
 for the overhead runs (benchmarks/overhead.py: the call-cost calibration on a node shaped like the
 real H200 run, then both exporters at once at a 1 s and a 5 s poll, on live and on precomputed
 simulated NVML, then the profile of where the exporter's own time and memory go),
-and the rest for the 1,000-node backfill and its queries. `--quick` runs the default fleet, short
+and the rest for the 1,000-node backfill and its queries. The exporter side ends with two
+in-process figures: a process accounting round, and the per-sweep cost of splitting each GPU's
+energy among its pods (benchmarks/pod_energy.py). `--quick` runs the default fleet, short
 overhead windows and a 50-node cluster for a smoke test.
 """
 
@@ -29,6 +31,7 @@ from benchmarks import (
     exporter_side,
     overhead,
     overhead_profile,
+    pod_energy,
     process_accounting,
     prometheus_report,
     prometheus_side,
@@ -99,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(exporter_report.render(results))
         progress("process accounting rounds")
         sections += ["", "### Process accounting", "", process_accounting.summary() + ".", ""]
+        progress("energy per pod")
+        sections += ["### Energy per pod", "", pod_energy.summary() + ".", ""]
     if args.part in ("all", "overhead"):
         overhead_settings = overhead.Settings()
         if args.quick:

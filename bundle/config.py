@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bundle.override_checks import CheckFailed, matchers
+from bundle.override_checks import CheckFailed, matchers, positive_number
 from exporter import __version__
 from exporter.dcgm_compat import DEFAULT_VERSION, DcgmVersion, Profile, profile
 
@@ -125,7 +125,9 @@ class Dashboards:
     )
     datasource_name: str = "default"
     datasource_regex: str = ""
-    # kube-prometheus-stack's Prometheus datasource uid, used by the provisioned flavour.
+    # The range of rate() where Grafana's $__rate_interval is not there: in the recording rules
+    # (the energy records' rates). At least four scrape intervals, as Grafana's is, and no
+    # shorter than a minute, the step at which the energy records add those rates up.
     rate_interval: str = "5m"
     refresh: str = "30s"
     timezone: str = "utc"
@@ -206,6 +208,10 @@ class BundleConfig:
     # Alertmanager, Grafana and chat notifications then show a link that opens. Another flavour's
     # links follow its own runbook (flavours.py replaces `alerts/runbook.md` in the pattern).
     runbook_url_pattern: str = "alerts/runbook.md#%s"
+    # Grams of CO2-equivalent per kWh of your electricity: your grid's or your provider's figure
+    # (a yearly average, or your contract's), which the bundle cannot know. Set, it adds a record
+    # of estimated emissions per namespace and a panel beside the energy ones; None leaves both out.
+    carbon_intensity_g_per_kwh: float | None = None
 
     def __post_init__(self) -> None:
         versions = [v.value for v in DcgmVersion]
@@ -232,6 +238,10 @@ class BundleConfig:
                 raise BundleConfigError(
                     f"resources.{name} {values!r} must list plain resource names, at least one"
                 )
+        try:
+            positive_number("carbon_intensity_g_per_kwh", self.carbon_intensity_g_per_kwh)
+        except CheckFailed as exc:
+            raise BundleConfigError(str(exc)) from None
         if "%s" not in self.runbook_url_pattern:
             raise BundleConfigError("runbook_url_pattern needs a %s for the alert name")
         for key, uid in self.dashboards.uids.items():

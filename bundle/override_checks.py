@@ -11,6 +11,7 @@ value with one line naming the key and the value, before anything is generated.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -213,6 +214,20 @@ def dashboard_uids(path: str, value: Any) -> None:
             raise _fail(f"{path}.{key}", uid, "is not a Grafana uid (1-40 of a-z A-Z 0-9 - _)")
 
 
+def positive_number(path: str, value: Any) -> None:
+    """A finite number above zero, or None where None turns the setting off. A carbon intensity
+    of 0 or below (or infinity, or NaN) would record estimates that mean nothing."""
+    if value is None:
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise _fail(path, value, "is not a positive number such as 400 (null turns it off)")
+
+
 # ---- Kubernetes ----
 
 _NAME_63 = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
@@ -316,6 +331,7 @@ CHECKS: dict[str, Check] = {
     "deployment.runtime_class": DNS_SUBDOMAIN,
     "deployment.max_unavailable": PERCENT,
     "runbook_url_pattern": runbook_url_pattern,
+    "carbon_intensity_g_per_kwh": positive_number,
 }
 
 

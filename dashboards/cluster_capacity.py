@@ -4,9 +4,11 @@ and where GPUs are wasted. Reads the recording rules (alerts/recording.py) so it
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from alerts import recording as r
 from bundle.config import BundleConfig
-from bundle.dcgm_units import plain, scaled, unit_factor
+from bundle.dcgm_units import number, plain, scaled, unit_factor
 from bundle.promql import QueryBuilder
 from dashboards import variables
 from dashboards.panels import (
@@ -24,6 +26,15 @@ TITLE = "Cluster Capacity"
 FILE = "gpu-cluster-capacity"
 GIB = 2**30
 GIB_HOURS = "GPU-memory GiB-hours"
+OWNERS = (
+    "Owners need the exporter's Kubernetes enrichment (--kubernetes); without it all pods of a "
+    "namespace share one row."
+)
+
+
+def workload_columns(q: QueryBuilder) -> dict[str, str]:
+    """The label columns of a table per owning workload."""
+    return {q.namespace: "Namespace", "owner_kind": "Kind", "owner_name": "Workload"}
 
 
 def cells(config: BundleConfig) -> list[Cell]:
@@ -261,8 +272,7 @@ def cells(config: BundleConfig) -> list[Cell]:
         table(
             "Allocation and use per workload",
             "Devices held and average utilization per owning workload (Deployment, "
-            "StatefulSet, Job, ...). Owners need the exporter's Kubernetes enrichment "
-            "(--kubernetes); without it all pods of a namespace share one row.",
+            f"StatefulSet, Job, ...). {OWNERS}",
             "none",
             [
                 TableQuery(
@@ -280,7 +290,7 @@ def cells(config: BundleConfig) -> list[Cell]:
                     ),
                 ),
             ],
-            labels={q.namespace: "Namespace", "owner_kind": "Kind", "owner_name": "Workload"},
+            labels=workload_columns(q),
             sort_by="Devices",
             descending=True,
         ),
@@ -430,7 +440,114 @@ def cells(config: BundleConfig) -> list[Cell]:
             ],
             max_value=1,
         ),
+        # Last, so the panels above keep their ids (links to one panel name it by id).
+        *energy(config),
     ]
+
+
+def energy(config: BundleConfig) -> list[Cell]:
+    """Energy by namespace and workload over the time range and the last hour, what no pod
+    accounts for, and, with carbon_intensity_g_per_kwh set, the namespaces' estimated emissions.
+
+    A time range's energy adds up the recorded rates a minute apart, as the hourly records do:
+    right for any range of a minute or more, and only since the rules were installed (a record has
+    no past). `increase(...[$__range])` of the raw counters instead would read every container's
+    samples of the range on each refresh, and could not count two exporter pods reporting one
+    container once without losing one's share of the range (see alerts/recording.py)."""
+    q = QueryBuilder(config, dashboard=True)
+    ns_filter = f'{q.namespace}=~"$namespace"'
+    node_filter = f'{q.node}=~"$node"'
+    owner = f"{q.namespace}, owner_kind, owner_name"
+    kwh = f"/ {r.JOULES_PER_KWH}"
+
+    def over_range(record: str, *extra: str) -> str:
+        return r.energy_over(q.recorded(r.power(record), *extra), "$__range")
+
+    def columns(record: str, by: str, unit: str) -> list[TableQuery]:
+        return [
+            TableQuery("Time range", f"sum by ({by}) ({over_range(record, ns_filter)}) {unit}"),
+            TableQuery("Last hour", f"sum by ({by}) ({q.recorded(record, ns_filter)}) {unit}"),
+        ]
+
+    since = (
+        "Recorded by the rules from the exporter's per-container energy counters, so only "
+        "since the rules were installed."
+    )
+    cells = [
+        row("Energy by namespace"),
+        table(
+            "Energy by namespace",
+            "GPU energy the containers of each namespace used over the dashboard's time range "
+            "and over the last hour: each GPU's energy split among the containers holding it by "
+            "their processes' SM shares, evenly while none is busy. " + since,
+            "kwatth",
+            columns(r.NS_ENERGY, q.namespace, kwh),
+            labels={q.namespace: "Namespace"},
+            sort_by="Time range",
+            descending=True,
+        ),
+        table(
+            "Energy by workload",
+            "GPU energy per owning workload (Deployment, StatefulSet, Job, ...), most first. "
+            f"{OWNERS} {since}",
+            "kwatth",
+            columns(r.WORKLOAD_ENERGY, owner, kwh),
+            labels=workload_columns(q),
+            sort_by="Time range",
+            descending=True,
+        ),
+        timeseries(
+            "Energy per hour by namespace",
+            "GPU energy used in the hour up to each point, per namespace, and what no pod "
+            "holding the GPU accounts for (processes outside pods, the driver, or a GPU nobody "
+            "holds): together, all the GPUs' energy.",
+            "kwatth",
+            [
+                target(
+                    f"sum by ({q.namespace}) ({q.recorded(r.NS_ENERGY, ns_filter)}) {kwh}",
+                    "{{" + q.namespace + "}}",
+                ),
+                target(
+                    f"sum({q.recorded(r.NODE_UNATTRIBUTED_ENERGY, node_filter)}) {kwh}",
+                    "not attributed",
+                ),
+            ],
+            stack=True,
+            width=18,
+        ),
+        stat(
+            "Energy not attributed",
+            "GPU energy over the dashboard's time range that no pod holding the GPU accounts "
+            "for: processes outside pods, the driver, and GPUs nobody holds. " + since,
+            "kwatth",
+            [
+                target(
+                    f"sum({over_range(r.NODE_UNATTRIBUTED_ENERGY, node_filter)}) {kwh}",
+                    instant=True,
+                )
+            ],
+            width=6,
+            height=8,
+        ),
+    ]
+    intensity = config.carbon_intensity_g_per_kwh
+    if intensity is not None:
+        cells.append(
+            table(
+                "Estimated emissions by namespace",
+                "Estimated kg CO2e of each namespace's GPU energy over the dashboard's time "
+                f"range and the last hour, at {number(Fraction(str(intensity)))} g CO2e per kWh "
+                "(carbon_intensity_g_per_kwh in the bundle config): the GPUs' own energy "
+                "only, not the rest of the servers, cooling or the data centre's overhead. "
+                + since,
+                "masskg",
+                columns(r.NS_CARBON, q.namespace, "/ 1000"),
+                labels={q.namespace: "Namespace"},
+                sort_by="Time range",
+                descending=True,
+            )
+        )
+    return cells
 
 
 def variable_list(config: BundleConfig) -> list:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from exporter.attribution.context import AttributionContext
 from exporter.attribution.join import join
 from exporter.attribution.model import AttributedNode
+from exporter.attribution.pod_energy import PodEnergyLedger
 from exporter.config import Config
 from exporter.connection_guard import connection_cap, raise_open_file_limit
 from exporter.exposition.renderer import Renderer
@@ -125,7 +126,12 @@ def exposition_store(
     kube: KubernetesWatcher | None,
     schedule: ScrapeSchedule | None = None,
 ) -> ExpositionStore:
-    """A store that joins each published snapshot with the sources' latest data."""
+    """A store that joins each published snapshot with the sources' latest data, and adds the
+    per-pod energy counters that the joined snapshots accumulate."""
+    # Its sums run from one joined snapshot to the next: one per store, fed in order under the
+    # store's render lock (a snapshot rendered by nobody is never joined, so the next joined one
+    # takes the increase since the last that was).
+    ledger = PodEnergyLedger()
 
     def attributed(snapshot: NodeSnapshot) -> AttributedNode:
         context = AttributionContext(
@@ -133,7 +139,7 @@ def exposition_store(
             pods_status=pods.status if pods else None,
             kube=kube.view() if kube else None,
         )
-        return join(snapshot, context, config.labels)
+        return ledger.attach(join(snapshot, context, config.labels))
 
     return ExpositionStore(
         Renderer(config.labels),

@@ -107,7 +107,8 @@ def make_poller() -> Iterator[Callable[..., Poller]]:
 def joined_with(
     context: AttributionContext = NO_CONTEXT, labels: LabelConfig = LABELS
 ) -> Attributed:
-    """The join exporter/app.py hands the store, over a context fixed by the test."""
+    """The join exporter/app.py hands the store, over a context fixed by the test (without the
+    store's energy ledger: tests/test_pod_energy.py adds one where it is the subject)."""
     return lambda snapshot: join(snapshot, context, labels)
 
 

@@ -34,13 +34,23 @@ from bundle.flavours import FLAVOURS, flavour_paths
 from bundle.scrape_configs import OPERATOR_TARGET_LABELS
 from dashboards.panels import TableQuery, table
 from exporter.attribution.context import AttributionContext
+from exporter.attribution.pod_energy import PodEnergyLedger
 from exporter.config import HostLabel
 from exporter.dcgm_compat import RENAMES_4_9, profile
+from exporter.exposition.renderer import Renderer
+from exporter.exposition.store import build_exposition
 from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
 from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.host_tree import HostTree
 from exporter.simulator.processes import ProcessTable
-from tests.conftest import FAST, LABELS, promtool, render, start_xid_watch, wait_for
+from tests.conftest import (
+    FAST,
+    LABELS,
+    joined_with,
+    promtool,
+    start_xid_watch,
+    wait_for,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 ALERTS = ROOT / "alerts" / "prometheus_alerts.yaml"
@@ -763,7 +773,8 @@ def test_a_column_unit_must_name_a_value_column():
 @pytest.fixture
 def simulated_metric_names(sim, make_poller, tmp_path) -> dict[str, set[str]]:
     """Every family the simulated default node exposes under each flavour's profile, with an XID
-    raised so the XID counter exists, PCIe sampled once and GPM's first two samples taken."""
+    raised so the XID counter exists, PCIe sampled once, GPM's first two samples taken, and the
+    per-pod energy counters credited once (one ledger per profile, as one per store)."""
     kubelet = FakeKubelet(sim, tmp_path / "kubelet.sock").start()
     try:
         watcher = PodResourcesWatcher(PodResourcesClient(str(kubelet.socket_path), 5), 0.05)
@@ -784,10 +795,15 @@ def simulated_metric_names(sim, make_poller, tmp_path) -> dict[str, set[str]]:
         start_xid_watch(sim, poller)
         sim.inject_xid(0, 79)
         context = AttributionContext(pods=watcher.latest, pods_status=watcher.status)
+        ledgers = {version: PodEnergyLedger() for version in VERSIONS}
 
         def text(version: str = DEFAULT.dcgm_version) -> str:
             labels = replace(LABELS, host_label=HostLabel.LOWER, dcgm=profile(version))
-            return render(poller.sweep(), labels, context=context)
+            join = joined_with(context, labels)
+            exposition = build_exposition(
+                poller.sweep(), Renderer(labels), lambda node: ledgers[version].attach(join(node))
+            )
+            return exposition.plain(exposition.tail(15.0)).decode()
 
         assert wait_for(
             lambda: (
@@ -797,10 +813,12 @@ def simulated_metric_names(sim, make_poller, tmp_path) -> dict[str, set[str]]:
                 and "kube_gpu_exporter_pod_gpu_sm_utilization_ratio{" in text()
             )
         )
+        # A ledger credits from its second snapshot on: one sweep first for each profile.
+        texts = {version: (text(version), text(version))[1] for version in VERSIONS}
         return {
             version: {
                 line.split("{")[0].split(" ")[0]
-                for line in text(version).splitlines()
+                for line in texts[version].splitlines()
                 if line and not line.startswith("#")
             }
             for version in VERSIONS
@@ -822,7 +840,8 @@ def referenced_metrics(version: str) -> set[str]:
     names = set()
     for expr in exprs:
         names |= set(re.findall(r"([A-Za-z_:][A-Za-z0-9_:]*)\{", expr))
-        names |= {n for n in re.findall(r"[A-Za-z_][A-Za-z0-9_]*:[A-Za-z0-9_:]+", expr)}
+        # Not inside a subquery's range (`[$__range:5m]`, `[59m59s999ms:5m]`).
+        names |= set(re.findall(r"(?<![\w$:])[A-Za-z_][A-Za-z0-9_]*:[A-Za-z0-9_:]+", expr))
     return names
 
 

@@ -67,6 +67,7 @@ def bundle_labels(node_name: str) -> LabelConfig:
 def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
     from exporter.attribution.context import AttributionContext
     from exporter.attribution.join import join
+    from exporter.attribution.pod_energy import PodEnergyLedger
     from exporter.config import CollectionConfig
     from exporter.exposition.renderer import Renderer
     from exporter.kubernetes.pod_metadata import EMPTY_VIEW, PodMetadata
@@ -134,6 +135,8 @@ def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
     )
     labels = bundle_labels(fleet.node_name)
     renderer = Renderer(labels)
+    # The per-pod energy counters sum from one joined snapshot to the next, as the store's do.
+    ledger = PodEnergyLedger()
     index: dict[str, int] = {}
     rows: list[dict[int, str]] = []
     try:
@@ -144,7 +147,8 @@ def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
             if step < WARMUP_STEPS:
                 continue
             row: dict[int, str] = {}
-            for line in renderer.render_body(join(snapshot, context, labels)).splitlines():
+            node = ledger.attach(join(snapshot, context, labels))
+            for line in renderer.render_body(node).splitlines():
                 if not line or line.startswith("#"):
                     continue
                 key, _, value = line.rpartition(" ")

@@ -3,8 +3,9 @@ accounting say about its devices, into the AttributedNode the renderer reads.
 
 Device plugin, DRA and time-slicing holders come from pod-resources (podresources/attribution.py),
 resolved against NVML and the node's ResourceSlices (exporter/dra/); process accounting says
-which container uses how much of each device (processes/pod_usage.py). Run once per snapshot, on
-the thread that renders it, never per scrape.
+which container uses how much of each device (processes/pod_usage.py); from both, how each GPU's
+energy is split among its containers (energy_shares.py), which the ledger (pod_energy.py) then
+applies. Run once per snapshot, on the thread that renders it, never per scrape.
 
 What comes from outside (pod labels, names, API and kubelet answers) must not cost the rest: a
 part that fails is left out and named in `failures`, and a failing pod join leaves the device
@@ -19,6 +20,7 @@ from typing import TypeVar
 from exporter.attribution.allocation_rows import allocation_rows, dra_unresolved_rows
 from exporter.attribution.context import AttributionContext
 from exporter.attribution.devices import POD_JOIN, device_entities
+from exporter.attribution.energy_shares import ENERGY_SHARES, energy_shares
 from exporter.attribution.model import AttributedNode, Entity, SourceHealth
 from exporter.attribution.node_capacity import node_capacity
 from exporter.attribution.pod_series import with_pods
@@ -47,11 +49,16 @@ def join(
 
     try:
         attribution, usage, entities = _holders_and_users(snapshot, context, config)
+        joined = True
     except Exception as exc:
         failures.append((POD_JOIN, exc))
         attribution, usage, entities = EMPTY, {}, device_entities(snapshot, config)
+        joined = False
     kube = context.kube
     enabled = context.attribution_enabled
+    # Only from a kubelet answer and a join that worked: without them every joule would go to
+    # the unattributed rows; with no split the ledger waits, and the next one covers the gap.
+    split = enabled and joined and context.pods is not None
     return AttributedNode(
         snapshot,
         tuple(entities),
@@ -69,6 +76,11 @@ def join(
         pod_usage=(
             part("pod usage", lambda: pod_usage_rows(snapshot, usage, config), None)
             if usage
+            else None
+        ),
+        energy_shares=(
+            part(ENERGY_SHARES, lambda: energy_shares(snapshot, attribution, usage, config), None)
+            if split
             else None
         ),
         failures=tuple(failures),

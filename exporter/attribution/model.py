@@ -25,6 +25,8 @@ CountRow = tuple[Labels, int]
 # no figure for any of them) and their SM share, 0-1 (None on a MIG instance, where NVML has no
 # per-process share). A tuple, not a dataclass: a node has hundreds, made once per snapshot.
 ContainerUse = tuple[Labels, int, int | None, float | None]
+# One sample of a family with a fractional value: its whole label set, and its value.
+ValueRow = tuple[Labels, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,19 @@ class PodUsage:
     containers: tuple[ContainerUse, ...]
     # Per device and reason, the processes counted for no container.
     unattributed: tuple[CountRow, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EnergyShares:
+    """How one GPU's energy is split now (energy_shares.py): every pod energy row of the GPU,
+    with the fraction of the GPU's energy increase it gets. The fractions add up to 1; rows at 0
+    are listed too, so that every holder's counter exists before its first joule."""
+
+    uuid: str
+    # (labels as POD_USAGE_LABELS orders them, fraction 0-1)
+    rows: tuple[ValueRow, ...]
+    # Which rule gave the split (energy_shares.py's SM_SHARES, HOLDERS...), for tests and logs.
+    basis: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +120,12 @@ class AttributedNode:
     # DRA_DEVICES_UNRESOLVED's samples; None: pod attribution is off.
     dra_unresolved: tuple[CountRow, ...] | None = None
     pod_usage: PodUsage | None = None  # None: no process list was read
+    # Per GPU, how its energy is split among containers; None: pod attribution is off, the
+    # kubelet has not answered yet, or the split (or the whole pod join) failed.
+    energy_shares: tuple[EnergyShares, ...] | None = None
+    # POD_GPU_ENERGY_JOULES_TOTAL's samples, added after the join by the ledger
+    # (pod_energy.py), which keeps the sums between snapshots; None: no counter yet.
+    pod_energy: tuple[ValueRow, ...] | None = None
     # (part, error) for each part of the join that failed and is left out; the renderer counts
     # them with its own failures.
     failures: tuple[tuple[str, Exception], ...] = ()

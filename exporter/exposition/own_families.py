@@ -227,6 +227,19 @@ PROCESS_LOG_NAME_CONFLICTS = _own(
     "only from what the kubelet reports. With --collector.processes only.",
 )
 
+# Energy per container, whenever pod attribution is on: holders alone give the idle split, so it
+# does not wait for process accounting (docs/pods.md, 'Energy per pod').
+POD_GPU_ENERGY_JOULES_TOTAL = _own(
+    "pod_gpu_energy_joules_total",
+    COUNTER,
+    "Energy the container's work used on this GPU or MIG instance, in joules: each increase of "
+    "the GPU's energy counter, split by its processes' SM shares while any is busy, else evenly "
+    "among the containers holding the device (MIG: among instances by GPM activity, else by "
+    "slices). The row with an empty pod takes the rest, so a GPU's rows add up to its own "
+    "energy. Starts at 0 with the exporter: use increase().",
+    POD_USAGE_LABELS,
+)
+
 # Health of the pod-resources and Kubernetes sources.
 PODRESOURCES_UP = _own(
     "podresources_up",

@@ -28,6 +28,7 @@ from exporter.exposition.attribution_metrics import (
     render_source_health,
 )
 from exporter.exposition.dcgm_families import DcgmFamily, families_for
+from exporter.exposition.energy_metrics import render_pod_energy
 from exporter.exposition.process_metrics import log_name_conflict_samples, render_pod_usage
 from exporter.exposition.text_format import (
     FamilyWriter,
@@ -114,6 +115,9 @@ class Renderer:
             parts.append(("dra", lambda: render_dra_unresolved(out, dra_unresolved)))
         if usage is not None:
             parts.append(("pod usage", lambda: render_pod_usage(out, usage)))
+        energy = node.pod_energy
+        if energy is not None:
+            parts.append(("pod energy", lambda: render_pod_energy(out, energy, self._label_body)))
         parts.append(("sources", lambda: render_source_health(out, node.sources)))
         for part, render in parts:
             try:

@@ -8,7 +8,8 @@ import functools
 import logging
 import re
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -81,9 +82,14 @@ def simulated_backend(config: Config) -> AbstractContextManager[NodeBackend]:
 
 
 @contextlib.contextmanager
-def simulated_node(config: Config, fleet: FleetSpec | None = None) -> Iterator[SimulatedNode]:
+def simulated_node(
+    config: Config,
+    fleet: FleetSpec | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[SimulatedNode]:
     """Start the simulated node `fleet` describes (the one --simulate names when None): its NVML,
-    its fake kubelet and host tree, and its API server where --kubernetes has no kubeconfig."""
+    its fake kubelet and host tree, and its API server where --kubernetes has no kubeconfig.
+    `clock` drives the simulated GPUs (a test steps its own through simulated minutes)."""
     fleet = simulated_fleet(config) if fleet is None else fleet
     # First: without it the simulator cannot start, and a refusal is better said before anything.
     scratch = scratch_directory()
@@ -100,7 +106,7 @@ def simulated_node(config: Config, fleet: FleetSpec | None = None) -> Iterator[S
         if fleet.nvml_privileged
         else "the simulated node is unprivileged on purpose (its fleet sets nvml_privileged: false)"
     )
-    nvml = FakeNvml(fleet)
+    nvml = FakeNvml(fleet, clock)
     with scratch as tmp:
         kubelet = FakeKubelet(nvml, Path(tmp) / "kubelet.sock").start()
         log.info("fake kubelet pod-resources socket at %s", kubelet.socket_path)

@@ -53,13 +53,16 @@ def view(tmp_path_factory) -> Iterator[GlobalView]:
         wait_until(
             lambda: (
                 len(started.api.query(f"count by (cluster) ({r.DEVICE_BUSY_AVG})")) == 2
+                # The energy records add up rates a minute apart on the clock.
+                and len(started.api.query(f"count by (cluster) ({r.NS_ENERGY})")) == 2
                 and started.api.query(
                     f'DCGM_EXP_XID_ERRORS_TOTAL{{cluster="east", xid="{WARM_UP_XID}"}}'
                     ' and on () count_over_time(up{cluster="west"}[1m]) > 12'
                 )
             ),
-            3 * window + 30,
-            "both clusters' history windows, the warm-up XID and a dozen scrapes",
+            max(3 * window, 60) + 30,
+            "both clusters' history windows and energy minutes, the warm-up XID and a dozen "
+            "scrapes",
         )
         yield started
 

@@ -25,6 +25,8 @@ from tests.e2e.panels import dashboards_of, needs_kube_state_metrics, run_panels
 
 # A benign XID (13: graphics engine exception) so the XID panels have an event to show.
 WARM_UP_XID = 13
+# A minute on the clock, a rule evaluation and slack.
+ENERGY_WAIT_S = 90
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,11 @@ def warm_up(stack: LocalStack) -> None:
         lambda: stack.api.query(rename(dcgm, r.DEVICE_BUSY_AVG)),
         3 * window,
         "a per-device history window",
+    )
+    # The energy records add up rates a minute apart on the clock: they have a first value, and
+    # the energy panels data, once a minute has begun since the first rate.
+    wait_until(
+        lambda: stack.api.query(r.NS_ENERGY), ENERGY_WAIT_S, "the first minute of energy records"
     )
     # Twice every group that runs faster than the window, so rules reading other groups'
     # results (possibly evaluated just before those) have caught up too.
