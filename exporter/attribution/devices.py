@@ -53,6 +53,13 @@ def device_key_labels(snapshot: NodeSnapshot, key: DeviceKey) -> Labels:
     return labels
 
 
+def container_labels(device: Labels, key: tuple[str, str, str]) -> Labels:
+    """A device's labels, then one container's (namespace, pod, container): the label set of the
+    per-pod usage and energy rows, whose empty container is the device's unattributed row."""
+    namespace, pod, container = key
+    return (*device, ("namespace", namespace), ("pod", pod), ("container", container))
+
+
 def merge_xid(board: XidRecord, instance: XidRecord) -> XidRecord:
     """An instance sees XIDs raised for it and the unattributed ones of its board."""
     if not instance.counts:

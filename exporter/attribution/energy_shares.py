@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from exporter.attribution.devices import host_labels
+from exporter.attribution.devices import container_labels, host_labels
 from exporter.attribution.model import EnergyShares, Labels, ValueRow
 from exporter.config import LabelConfig
 from exporter.podresources.attribution import Attribution, Holder
@@ -89,7 +89,7 @@ def _whole_gpu(
         basis = UNHELD
         weights[UNATTRIBUTED] = 1.0
     total = sum(weights.values())
-    rows = tuple((_labels(device, key), weight / total) for key, weight in weights.items())
+    rows = tuple((container_labels(device, key), weight / total) for key, weight in weights.items())
     return EnergyShares(gpu.identity.uuid, rows, basis)
 
 
@@ -98,10 +98,10 @@ def _mig_gpu(gpu: GpuSnapshot, attribution: Attribution, host: Labels) -> Energy
     board = (("gpu", str(ident.index)), ("UUID", ident.uuid))
     instances = gpu.mig_instances
     if not instances:
-        rows = ((_labels((*board, *host), UNATTRIBUTED), 1.0),)
+        rows = ((container_labels((*board, *host), UNATTRIBUTED), 1.0),)
         return EnergyShares(ident.uuid, rows, NO_INSTANCES)
     fractions, basis = _instance_fractions(gpu)
-    out: list[ValueRow] = [(_labels((*board, *host), UNATTRIBUTED), 0.0)]
+    out: list[ValueRow] = [(container_labels((*board, *host), UNATTRIBUTED), 0.0)]
     for inst, fraction in zip(instances, fractions, strict=True):
         device = (
             *board,
@@ -110,8 +110,8 @@ def _mig_gpu(gpu: GpuSnapshot, attribution: Attribution, host: Labels) -> Energy
             *host,
         )
         holders = _containers(attribution.for_device(ident.uuid, inst.gpu_instance_id))
-        out.append((_labels(device, UNATTRIBUTED), 0.0 if holders else fraction))
-        out.extend((_labels(device, key), fraction / len(holders)) for key in holders)
+        out.append((container_labels(device, UNATTRIBUTED), 0.0 if holders else fraction))
+        out.extend((container_labels(device, key), fraction / len(holders)) for key in holders)
     return EnergyShares(ident.uuid, tuple(out), basis)
 
 
@@ -148,8 +148,3 @@ def _containers(holders: Iterable[Holder]) -> list[ContainerKey]:
     """Each holding container once, in the attribution's order (a container holding several
     replicas or claims of one device is still one container)."""
     return list(dict.fromkeys((h.namespace, h.pod, h.container) for h in holders))
-
-
-def _labels(device: Labels, key: ContainerKey) -> Labels:
-    namespace, pod, container = key
-    return (*device, ("namespace", namespace), ("pod", pod), ("container", container))

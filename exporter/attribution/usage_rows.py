@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from exporter.attribution.devices import device_key_labels, host_labels
+from exporter.attribution.devices import container_labels, device_key_labels, host_labels
 from exporter.attribution.model import ContainerUse, CountRow, PodUsage
 from exporter.config import LabelConfig
 from exporter.processes.pod_usage import DeviceKey, DeviceUsage
@@ -22,8 +22,8 @@ def pod_usage_rows(
     for key in sorted(usage, key=lambda k: (k[0], -1 if k[1] is None else k[1])):
         device = (*device_key_labels(snapshot, key), *host)
         entry = usage[key]
-        for (namespace, pod, container), use in sorted(entry.by_container.items()):
-            labels = (*device, ("namespace", namespace), ("pod", pod), ("container", container))
+        for container, use in sorted(entry.by_container.items()):
+            labels = container_labels(device, container)
             # No sample in the window means no busy process: 0, not unknown.
             sm = (use.sm_pct or 0) / 100 if key[1] is None else None
             containers.append((labels, use.processes, use.memory_bytes, sm))
