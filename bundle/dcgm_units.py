@@ -1,6 +1,6 @@
 """The name and unit a DCGM family has under a dcgm-exporter profile, and exact factors between
 units, all derived from `exporter.dcgm_compat` (its rename and conversion tables) and the
-exposition's rows (each family's NVML and classic unit), so the bundle never restates a name, a
+field table (each family's NVML and classic unit), so the bundle never restates a name, a
 unit or a conversion factor.
 
 The bundle is written against the classic names; every query, threshold, panel unit and recorded
@@ -15,12 +15,12 @@ from fractions import Fraction
 from types import MappingProxyType
 
 from exporter.dcgm_compat import MIB, Profile, converter
-from exporter.exposition.dcgm_families import GPU_ROWS, PROFILING_ROWS
+from exporter.fields.table import GPU_FIELDS, PROFILING_FIELDS
 
-# (NVML's unit, classic dcgm-exporter unit) of every DCGM family, from the exposition's own rows,
-# so the bundle's units are the exporter's by construction.
+# (NVML's unit, classic dcgm-exporter unit) of every DCGM family, from the field table the
+# exposition resolves its families from, so the bundle's units are the exporter's by construction.
 _CLASSIC_UNITS: Mapping[str, tuple[str, str]] = MappingProxyType(
-    {row.name: (row.native_unit, row.unit) for row in (*GPU_ROWS, *PROFILING_ROWS)}
+    {row.name: (row.native_unit, row.unit) for row in (*GPU_FIELDS, *PROFILING_FIELDS)}
 )
 
 # A probe value every conversion maps to an exact integer (or an integer-valued float): it is a

@@ -333,7 +333,7 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
         ),
         Value(
             "compat",
-            "The dcgm-exporter release to imitate (README, 'Upgrade from dcgm-exporter').",
+            "The dcgm-exporter release to imitate (README, 'Migrating from dcgm-exporter').",
             children=(
                 Value(
                     "dcgmExporter",

@@ -28,6 +28,7 @@ import yaml
 from bundle import helm_chart, overrides
 from bundle.config import DEFAULT, BundleConfig
 from bundle.flavours import FLAVOURS, flavour_config, flavour_paths, relocate
+from exporter.fields import docs_table
 
 __all__ = [
     "FLAVOURS",
@@ -240,7 +241,8 @@ def orphans(files: dict[str, str], root: Path = ROOT) -> list[str]:
 
 def drifted(root: Path = ROOT) -> list[str]:
     """Generated files whose committed copy is missing or differs, orphaned flavour files, and
-    pages whose values table (bundle/helm_chart.py) is not the chart's values.yaml's."""
+    pages whose values table (bundle/helm_chart.py) is not the chart's values.yaml's, or whose
+    field tables (exporter/fields/docs_table.py) are not the field table's."""
     files = all_artifacts()
     stale = [
         path
@@ -248,6 +250,7 @@ def drifted(root: Path = ROOT) -> list[str]:
         if not (root / path).is_file() or (root / path).read_text() != content
     ]
     stale += helm_chart.stale_tables(root, files[helm_chart.VALUES])
+    stale += docs_table.stale_pages(root)
     return sorted(stale + orphans(files, root))
 
 
@@ -284,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in orphans(files):
         (ROOT / path).unlink()
     helm_chart.write_tables(ROOT, files[helm_chart.VALUES])
+    docs_table.write_pages(ROOT)
     return 0
 
 

@@ -14,6 +14,7 @@ import re
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager
 from dataclasses import replace
@@ -120,6 +121,17 @@ def attribution_sources(
     return pods, kube
 
 
+def renderer_for(config: Config, clock: Callable[[], float] = time.monotonic) -> Renderer:
+    """The renderer of `config`: its labels, its --collectors selection and count windows."""
+    return Renderer(
+        config.labels,
+        config.fields,
+        xid_window_ms=config.collection.xid_count_window_ms,
+        clock_events_window_ms=config.collection.clock_events_count_window_ms,
+        clock=clock,
+    )
+
+
 def exposition_store(
     config: Config,
     pods: PodResourcesWatcher | None,
@@ -142,7 +154,7 @@ def exposition_store(
         return ledger.attach(join(snapshot, context, config.labels))
 
     return ExpositionStore(
-        Renderer(config.labels),
+        renderer_for(config),
         attributed,
         interval_seconds=config.collection.interval_seconds,
         schedule=schedule,

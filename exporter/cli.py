@@ -31,7 +31,19 @@ from exporter.config import (
     WebConfig,
 )
 from exporter.dcgm_compat import DEFAULT_VERSION, PROFILES, DcgmVersion
+from exporter.durations import parse_duration
 from exporter.errors import ConfigurationError
+from exporter.fields.flags import (
+    DEFAULT_COUNT_WINDOW_MS,
+    ENERGY_FIELD,
+    UPSTREAM_ENV,
+    field_intervals,
+    log_selection,
+    read_collectors,
+    selection_settings,
+    window_ms,
+)
+from exporter.fields.table import DRIVER_VERSION
 from exporter.logs import LEVELS, configure_logging
 
 if TYPE_CHECKING:
@@ -41,31 +53,11 @@ PROG = "kube-gpu-exporter"
 HASH_PASSWORD = "hash-password"
 ENV_PREFIX = "KUBE_GPU_EXPORTER_"
 DRIVER_LABELS = ("none", "DCGM_FI_DRIVER_VERSION", "DCGM_FI_SYSTEM_DRIVER_VERSION")
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 log = logging.getLogger(__name__)
 
 
 class UsageError(Exception):
     pass
-
-
-def parse_duration(text: str) -> float:
-    """'5s', '250ms', '1m30s' or plain seconds ('2.5') -> seconds."""
-    text = text.strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    pos, total = 0, 0.0
-    for match in _DURATION.finditer(text):
-        if match.start() != pos:
-            break
-        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        pos = match.end()
-    if pos != len(text) or not text:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (use e.g. 5s, 500ms, 1m)")
-    return total
 
 
 def env_name(flag: str) -> str:
@@ -209,6 +201,18 @@ def build_parser() -> argparse.ArgumentParser:
         "slow-field read and holds it in between).",
     )
     add(
+        "--collector.field-interval",
+        dest="field_intervals",
+        type=field_intervals,
+        action="append",
+        default=None,
+        metavar="NAME=SECONDS",
+        help="Read one field at most this often instead of on its class's interval (e.g. "
+        "DCGM_FI_DEV_GPU_TEMP=30s; 0s: every sweep); repeatable or comma-separated. NAME is a "
+        "field's classic or 4.9 name; DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION's sets "
+        "--collector.energy-read-interval. Sampled, event and identity fields have none.",
+    )
+    add(
         "--collector.xid",
         dest="xid",
         action=argparse.BooleanOptionalAction,
@@ -274,7 +278,41 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_VERSION.value,
         help="Which dcgm-exporter release the DCGM series imitate: 4.8.2 (host label Hostname, "
         "NVLink bandwidth a counter), 4.8.3 (hostname, a gauge; default, what the current GPU "
-        "Operator ships) or 4.9 (DCGM 4.7 names, base units, DCGM_FI_SYSTEM_DRIVER_VERSION).",
+        "Operator ships) or 4.9 (a preview: no upstream release confirms its names yet; DCGM 4.7 "
+        "names, base units, DCGM_FI_SYSTEM_DRIVER_VERSION).",
+    )
+    add(
+        "--collectors",
+        "-f",
+        dest="collectors",
+        default=None,
+        metavar="FILE",
+        help="dcgm-exporter's CSV of the DCGM fields to export (FIELD, type, help per line; also "
+        "from DCGM_EXPORTER_COLLECTORS). Its types and HELP are used as given; DCGM fields this "
+        "exporter cannot read are logged once and skipped; a name that is no DCGM field stops "
+        "it. The driver-version label is attached only if the file lists DCGM_FI_DRIVER_VERSION "
+        "(or --driver-version-label is given). Default: the built-in field set.",
+    )
+    add(
+        "--xid-count-window-size",
+        "-x",
+        dest="xid_count_window_ms",
+        type=window_ms,
+        default=DEFAULT_COUNT_WINDOW_MS,
+        metavar="MS",
+        help="Window of DCGM_EXP_XID_ERRORS_COUNT, in milliseconds, when --collectors lists it "
+        f"(default {DEFAULT_COUNT_WINDOW_MS}, 5 minutes; also from "
+        "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE).",
+    )
+    add(
+        "--clock-events-count-window-size",
+        dest="clock_events_count_window_ms",
+        type=window_ms,
+        default=DEFAULT_COUNT_WINDOW_MS,
+        metavar="MS",
+        help="Window of DCGM_EXP_CLOCK_EVENTS_COUNT, in milliseconds, when --collectors lists it "
+        f"(default {DEFAULT_COUNT_WINDOW_MS}, 5 minutes; also from "
+        "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE).",
     )
     add(
         "--host-label",
@@ -464,7 +502,7 @@ def _apply_environment(
 
     Returns the flags and, for error messages, which variable each flag came from.
     """
-    given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    given = _given_flags(parser, argv)
     prefix: list[str] = []
     sources: dict[str, str] = {}
     for action in parser._actions:
@@ -474,15 +512,19 @@ def _apply_environment(
         if not flags or action.dest in ("help", "version"):
             continue
         flag = flags[0]
-        value = environ.get(env_name(flag))
+        variable = env_name(flag)
+        value = environ.get(variable)
+        if value is None and flag in UPSTREAM_ENV:
+            variable = UPSTREAM_ENV[flag]
+            value = environ.get(variable)
         if value is None or flag in given or f"--no-{flag[2:]}" in given:
             continue
-        sources[flag] = env_name(flag)
+        sources[flag] = variable
         if isinstance(action, argparse.BooleanOptionalAction):
             try:
                 enabled = _bool_env(value)
             except argparse.ArgumentTypeError as exc:
-                raise UsageError(f"environment {env_name(flag)}: {exc}") from None
+                raise UsageError(f"environment {variable}: {exc}") from None
             prefix.append(flag if enabled else f"--no-{flag[2:]}")
         elif flag == "--simulate":
             if _bool_env_or_none(value) is not False:
@@ -490,6 +532,23 @@ def _apply_environment(
         else:
             prefix.append(f"{flag}={value}")
     return prefix, sources
+
+
+def _given_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[str]:
+    """The long flags argv sets, counting short aliases (-f FILE, -x5) as their long flag."""
+    long_of: dict[str, str] = {}
+    for action in parser._actions:
+        longs = [f for f in action.option_strings if f.startswith("--")]
+        for option in action.option_strings:
+            if longs and not option.startswith("--"):
+                long_of[option] = longs[0]
+    given: set[str] = set()
+    for arg in argv:
+        if arg.startswith("--"):
+            given.add(arg.split("=", 1)[0])
+        elif arg[:2] in long_of:
+            given.add(long_of[arg[:2]])
+    return given
 
 
 def _bool_env_or_none(text: str) -> bool | None:
@@ -508,7 +567,8 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
     except UsageError as exc:
         message = str(exc)
         for flag, variable in sources.items():
-            if message.startswith(f"argument {flag}:"):
+            # argparse names a flag with a short alias as "--long/-s".
+            if message.startswith((f"argument {flag}:", f"argument {flag}/")):
                 message = f"environment variable {variable}: {message.split(':', 1)[1].strip()}"
         raise UsageError(message) from None
     if not args.telemetry_path.startswith("/") or any(c.isspace() for c in args.telemetry_path):
@@ -574,19 +634,27 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
         max_pod_labels=args.max_pod_labels,
         watch_resource_slices=args.watch_resource_slices,
     )
+    try:
+        fields = read_collectors(args.collectors)
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from None
+    intervals = dict(pair for group in args.field_intervals or () for pair in group)
+    energy_read_interval = intervals.pop(ENERGY_FIELD, args.energy_read_interval)
     collection = CollectionConfig(
         interval_seconds=args.interval,
         device_timeout_seconds=args.device_timeout,
         pcie_enabled=args.pcie,
         pcie_interval_seconds=args.pcie_interval,
         slow_fields_interval_seconds=args.slow_fields_interval,
-        energy_read_interval_seconds=args.energy_read_interval,
+        energy_read_interval_seconds=energy_read_interval,
         xid_enabled=args.xid,
         gpm_enabled=args.gpm,
         mig_refresh_seconds=args.mig_refresh,
         processes_enabled=args.simulate is not None if args.processes is None else args.processes,
         proc_root=args.proc_root,
         log_root=args.log_root,
+        field_intervals=tuple(intervals.items()),
+        **selection_settings(fields, args.xid_count_window_ms, args.clock_events_count_window_ms),
     )
     security = None
     if args.web_config_file:
@@ -607,6 +675,10 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
     )
     dcgm = PROFILES[DcgmVersion(args.dcgm_version)]
     driver_label = dcgm.driver_label if args.driver_label is None else args.driver_label
+    if fields is not None and args.driver_label is None:
+        # dcgm-exporter attaches the label only when its CSV lists the field, named as listed.
+        listed_driver = fields.get(DRIVER_VERSION)
+        driver_label = "none" if listed_driver is None else listed_driver.name
     labels = LabelConfig(
         host_label=HostLabel(args.host_label or dcgm.host_label),
         node_name=node_name,
@@ -622,6 +694,7 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
         labels=labels,
         web=web,
         attribution=attribution,
+        fields=fields,
         simulate=args.simulate is not None,
         fleet_file=args.simulate or None,
         log_level=args.log_level,
@@ -689,6 +762,7 @@ def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = Non
     # Logged only now, in the chosen format; a bad file has already failed with one line.
     for warning in config.web.security.warnings if config.web.security else ():
         log.warning(warning)
+    log_selection(config.fields)
     from exporter.app import ignore_stray_signals, run
 
     ignore_stray_signals()

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from exporter.dcgm_compat import DEFAULT_PROFILE, Profile
 
 if TYPE_CHECKING:
+    from exporter.fields.selection import FieldSelection
     from exporter.webconfig.settings import WebSecurity
 
 DEFAULT_PORT = 9455
@@ -53,6 +54,16 @@ class CollectionConfig:
     processes_enabled: bool = False
     proc_root: str = "/proc"
     log_root: str = "/var/log"
+    # Fields of the table (exporter/fields/table.py) that are off by default but a --collectors
+    # file lists: the reader reads them too.
+    extra_fields: frozenset[str] = frozenset()
+    # (field name, seconds) from --collector.field-interval: the field is read at most that often
+    # instead of on its cadence class's interval (0: every sweep).
+    field_intervals: tuple[tuple[str, float], ...] = ()
+    # dcgm-exporter's windows for DCGM_EXP_XID_ERRORS_COUNT and DCGM_EXP_CLOCK_EVENTS_COUNT, in
+    # milliseconds; None: the family is not listed, so no event history is kept for it.
+    xid_count_window_ms: int | None = None
+    clock_events_count_window_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +130,8 @@ class Config:
     labels: LabelConfig
     web: WebConfig
     attribution: AttributionConfig = AttributionConfig()
+    # The --collectors file's selection; None: the default fields, as the profile spells them.
+    fields: FieldSelection | None = None
     simulate: bool = False
     fleet_file: str | None = None
     log_level: str = "info"

@@ -6,8 +6,9 @@ profiles", has the sources):
 
 - 4.8.2: host label `Hostname`; NVLink bandwidth typed counter; classic names and units.
 - 4.8.3: host label `hostname` (dcgm-exporter #655); NVLink bandwidth typed gauge.
-- 4.9: DCGM 4.7's field names; eleven fields change to base units (Hz, J, ratio, bytes, B/s); the
-  driver label becomes `DCGM_FI_SYSTEM_DRIVER_VERSION`; the framebuffer capacity is exported.
+- 4.9, a preview (no upstream release confirms it yet): DCGM 4.7's field names; eleven fields
+  change to base units (Hz, J, ratio, bytes, B/s); the driver label becomes
+  `DCGM_FI_SYSTEM_DRIVER_VERSION`; the framebuffer capacity is exported.
 
 All three carry the driver version as a label on every DCGM series, as upstream's default CSV
 does, and all three use the same XID text table (unchanged since 4.7.1).
@@ -19,6 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
+
+from exporter.fields.model import Spelling
+from exporter.fields.table import FIELDS
 
 Number = int | float
 
@@ -114,197 +118,15 @@ def converter(native_unit: str, unit: str) -> Callable[[Number], Number]:
         raise KeyError(f"no conversion from {native_unit} to {unit}") from None
 
 
-@dataclass(frozen=True, slots=True)
-class Spelling:
-    """A family's name, unit and HELP in one profile."""
-
-    name: str
-    unit: str
-    help: str
-    # Where the name is established (docs/dcgm-exporter-compatibility.md lists the sources).
-    source: str = ""
-
-
-# Sources, in order of strength.
-DCGM_ALIAS = "DCGM 4.6 dcgm_fields.h deprecated alias (same field id)"
-GO_DCGM_FIELD = "go-dcgm 4.6.1 dcgm_fields.h base-unit field"
-DCGM_4_7_DOCS = "DCGM 4.7 field-identifier documentation, as quoted by third parties (unconfirmed)"
-
-# Classic dcgm-exporter name -> its name, unit and HELP under the 4.9 profile. Families missing
-# here keep their classic spelling in 4.9 (e.g. the ECC totals, VGPU_LICENSE_STATUS, PROF_PCIE_*).
+# Classic dcgm-exporter name -> its name, unit and HELP under the 4.9 profile, for the families
+# it writes by default, from the field table's `spelling_4_9` (one place to correct a name).
+# Families missing here keep their classic spelling in 4.9 (e.g. the ECC totals,
+# VGPU_LICENSE_STATUS, PROF_PCIE_*); the driver label's is the profile's `driver_label`.
 RENAMES_4_9: Mapping[str, Spelling] = MappingProxyType(
     {
-        # The eleven that change unit.
-        "DCGM_FI_DEV_SM_CLOCK": Spelling(
-            "DCGM_FI_DEV_SM_CLOCK_HERTZ", "Hz", "SM clock frequency (in Hz).", GO_DCGM_FIELD
-        ),
-        "DCGM_FI_DEV_MEM_CLOCK": Spelling(
-            "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", "Hz", "Memory clock frequency (in Hz).", GO_DCGM_FIELD
-        ),
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": Spelling(
-            "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL",
-            "J",
-            "Total energy consumption since the driver was loaded (in J).",
-            GO_DCGM_FIELD,
-        ),
-        "DCGM_FI_DEV_GPU_UTIL": Spelling(
-            "DCGM_FI_DEV_GPU_UTIL_RATIO", "ratio", "GPU utilization (ratio 0-1).", DCGM_4_7_DOCS
-        ),
-        "DCGM_FI_DEV_MEM_COPY_UTIL": Spelling(
-            "DCGM_FI_DEV_MEMORY_UTIL_RATIO",
-            "ratio",
-            "Memory interface utilization (ratio 0-1).",
-            DCGM_4_7_DOCS,
-        ),
-        "DCGM_FI_DEV_ENC_UTIL": Spelling(
-            "DCGM_FI_DEV_ENC_UTIL_RATIO", "ratio", "Encoder utilization (ratio 0-1).", DCGM_4_7_DOCS
-        ),
-        "DCGM_FI_DEV_DEC_UTIL": Spelling(
-            "DCGM_FI_DEV_DEC_UTIL_RATIO", "ratio", "Decoder utilization (ratio 0-1).", DCGM_4_7_DOCS
-        ),
-        "DCGM_FI_DEV_FB_FREE": Spelling(
-            "DCGM_FI_DEV_FB_FREE_BYTES", "B", "Framebuffer memory free (in bytes).", DCGM_4_7_DOCS
-        ),
-        "DCGM_FI_DEV_FB_USED": Spelling(
-            "DCGM_FI_DEV_FB_USED_BYTES", "B", "Framebuffer memory used (in bytes).", DCGM_4_7_DOCS
-        ),
-        "DCGM_FI_DEV_FB_RESERVED": Spelling(
-            "DCGM_FI_DEV_FB_RESERVED_BYTES",
-            "B",
-            "Framebuffer memory reserved (in bytes).",
-            DCGM_4_7_DOCS,
-        ),
-        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": Spelling(
-            "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND",
-            "B/s",
-            "NVLink throughput over all links, received and transmitted (in B/s).",
-            DCGM_4_7_DOCS,
-        ),
-        # Renamed, same unit.
-        "DCGM_FI_DEV_GPU_TEMP": Spelling(
-            "DCGM_FI_DEV_GPU_TEMP_CELSIUS", "C", "GPU temperature (in C).", DCGM_ALIAS
-        ),
-        "DCGM_FI_DEV_MEMORY_TEMP": Spelling(
-            "DCGM_FI_DEV_MEMORY_TEMP_CELSIUS", "C", "Memory temperature (in C).", DCGM_ALIAS
-        ),
-        "DCGM_FI_DEV_POWER_USAGE": Spelling(
-            "DCGM_FI_DEV_BOARD_POWER_WATTS", "W", "Power draw (in W).", DCGM_ALIAS
-        ),
-        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": Spelling(
-            "DCGM_FI_DEV_PCIE_REPLAY_TOTAL", "count", "Total number of PCIe retries.", DCGM_ALIAS
-        ),
-        "DCGM_FI_DEV_XID_ERRORS": Spelling(
-            "DCGM_FI_DEV_XID_ERROR", "count", "Value of the last XID error encountered.", DCGM_ALIAS
-        ),
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": Spelling(
-            "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL",
-            "count",
-            "Number of remapped rows for uncorrectable errors.",
-            DCGM_ALIAS,
-        ),
-        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": Spelling(
-            "DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL",
-            "count",
-            "Number of remapped rows for correctable errors.",
-            DCGM_ALIAS,
-        ),
-        "DCGM_FI_DEV_ROW_REMAP_FAILURE": Spelling(
-            "DCGM_FI_DEV_ROW_REMAP_FAILED",
-            "count",
-            "Whether remapping of rows has failed (1 = yes).",
-            DCGM_ALIAS,
-        ),
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE": Spelling(
-            "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO",
-            "ratio",
-            "Ratio of time the graphics engine is active.",
-            DCGM_ALIAS,
-        ),
-        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": Spelling(
-            "DCGM_FI_PROF_TENSOR_UTIL_RATIO",
-            "ratio",
-            "Ratio of cycles any tensor pipe is active.",
-            DCGM_ALIAS,
-        ),
-        "DCGM_FI_PROF_DRAM_ACTIVE": Spelling(
-            "DCGM_FI_PROF_DRAM_UTIL_RATIO",
-            "ratio",
-            "Ratio of cycles the device memory interface is active sending or receiving data.",
-            DCGM_ALIAS,
-        ),
-        # Beyond upstream's default set: the same DCGM naming standard, for the families we add.
-        "DCGM_FI_DEV_FB_TOTAL": Spelling(
-            "DCGM_FI_DEV_FB_CAPACITY_BYTES",
-            "B",
-            "Framebuffer memory capacity (in bytes).",
-            DCGM_4_7_DOCS,
-        ),
-        "DCGM_FI_DEV_POWER_MGMT_LIMIT": Spelling(
-            "DCGM_FI_DEV_BOARD_POWER_LIMIT_REQUESTED_WATTS",
-            "W",
-            "Power management limit (in W).",
-            DCGM_ALIAS,
-        ),
-        "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": Spelling(
-            "DCGM_FI_DEV_BOARD_POWER_LIMIT_ENFORCED_WATTS",
-            "W",
-            "Enforced power limit (in W).",
-            DCGM_ALIAS,
-        ),
-        "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": Spelling(
-            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
-            "count",
-            "Current clock event reasons as an NVML bitmask.",
-            DCGM_ALIAS,
-        ),
-        "DCGM_FI_PROF_SM_ACTIVE": Spelling(
-            "DCGM_FI_PROF_SM_UTIL_RATIO",
-            "ratio",
-            "The ratio of cycles an SM has at least 1 warp assigned.",
-            DCGM_ALIAS,
-        ),
-        "DCGM_FI_PROF_SM_OCCUPANCY": Spelling(
-            "DCGM_FI_PROF_SM_OCCUPANCY_RATIO",
-            "ratio",
-            "The ratio of number of warps resident on an SM.",
-            DCGM_ALIAS,
-        ),
-        "DCGM_FI_PROF_PIPE_FP64_ACTIVE": Spelling(
-            "DCGM_FI_PROF_FP64_UTIL_RATIO",
-            "ratio",
-            "Ratio of cycles the fp64 pipes are active.",
-            DCGM_ALIAS,
-        ),
-        "DCGM_FI_PROF_PIPE_FP32_ACTIVE": Spelling(
-            "DCGM_FI_PROF_FP32_UTIL_RATIO",
-            "ratio",
-            "Ratio of cycles the fp32 pipes are active.",
-            DCGM_ALIAS,
-        ),
-        "DCGM_FI_PROF_PIPE_FP16_ACTIVE": Spelling(
-            "DCGM_FI_PROF_FP16_UTIL_RATIO",
-            "ratio",
-            "Ratio of cycles the fp16 pipes are active.",
-            DCGM_ALIAS,
-        ),
-        "DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE": Spelling(
-            "DCGM_FI_PROF_HMMA_UTIL_RATIO",
-            "ratio",
-            "Ratio of cycles the half-precision tensor (HMMA) pipe is active.",
-            DCGM_ALIAS,
-        ),
-        "DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE": Spelling(
-            "DCGM_FI_PROF_IMMA_UTIL_RATIO",
-            "ratio",
-            "Ratio of cycles the integer tensor (IMMA) pipe is active.",
-            DCGM_ALIAS,
-        ),
-        "DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE": Spelling(
-            "DCGM_FI_PROF_DFMA_UTIL_RATIO",
-            "ratio",
-            "Ratio of cycles the double-precision tensor (DFMA) pipe is active.",
-            DCGM_ALIAS,
-        ),
+        row.name: row.spelling_4_9
+        for row in FIELDS
+        if row.spelling_4_9 is not None and row.default and row.kind != "label"
     }
 )
 

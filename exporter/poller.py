@@ -120,9 +120,24 @@ class Poller(BackgroundThread):
             if config.energy_read_interval_seconds > 0
             else None
         )
-        self._reader = DeviceReader(self._nvml, threading.Lock(), slow_fields, energy)
+        # A field with its own interval (--collector.field-interval) is due on that interval,
+        # before a learnt scrape like the slow fields; 0 reads it every sweep.
+        field_cadences = {
+            name: ScrapeCadence(seconds, config.interval_seconds, next_scrape_in or nobody_scrapes)
+            if seconds > 0
+            else None
+            for name, seconds in config.field_intervals
+        }
+        self._reader = DeviceReader(
+            self._nvml,
+            threading.Lock(),
+            slow_fields,
+            energy,
+            extra_fields=config.extra_fields,
+            field_cadences=field_cadences,
+        )
         self._mig = MigReader(self._nvml, config.mig_refresh_seconds, nvml.expected_refusal)
-        self._clock_events = ClockEventCounts()
+        self._clock_events = ClockEventCounts(config.clock_events_count_window_ms)
         self._helpers = tuple(
             helpers(
                 HelperInputs(
@@ -312,7 +327,11 @@ class Poller(BackgroundThread):
             counts = self._clock_events.record(uuid, gpu.readings.clock_event_reasons)
         else:
             counts = self._clock_events.counts(uuid)
-        return replace(gpu, clock_event_counts=counts)
+        return replace(
+            gpu,
+            clock_event_counts=counts,
+            clock_event_window_counts=self._clock_events.window_counts(uuid),
+        )
 
     def _forget_vanished(self, gpus: tuple[GpuSnapshot, ...]) -> None:
         """Per-GPU state of GPUs NVML no longer enumerates goes; a GPU that is down stays."""

@@ -76,6 +76,15 @@ class GpuReadings:
     nvlink_kib_per_second: float | None = None
     # DCGM's VGPU_LICENSE_STATUS: 1 vGPU licensed, 0 not licensed or licensing unsupported.
     vgpu_license_status: int | None = None
+    # (DCGM field name, value) for the field table's rows that have no attribute above (fields
+    # only a --collectors file turns on), sorted by name.
+    extra: tuple[tuple[str, int | float], ...] = ()
+
+    def extra_value(self, name: str) -> int | float | None:
+        for field_name, value in self.extra:
+            if field_name == name:
+                return value
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +178,10 @@ class XidRecord:
     sequence: int = 0
     # (xid code, count) pairs sorted by code; a tuple keeps the snapshot hashable and immutable.
     counts: tuple[tuple[int, int], ...] = ()
+    # (xid code, count) pairs of the events within --xid-count-window-size, sorted by code; always
+    # empty without that window. The window ends at the sweep that made the snapshot, where
+    # dcgm-exporter ends it at the scrape: they differ by less than one sweep interval.
+    window_counts: tuple[tuple[int, int], ...] = ()
 
 
 NO_XID = XidRecord()
@@ -192,6 +205,11 @@ class GpuSnapshot:
     # (clock_event name, sweeps in which that clock event reason was active) since the exporter
     # started, as dcgm-exporter's DCGM_EXP_CLOCK_EVENTS_TOTAL counts reported reasons.
     clock_event_counts: tuple[tuple[str, int], ...] = ()
+    # (clock_event name, sweeps) within --clock-events-count-window-size, for the reasons active
+    # at least once in it, in CLOCK_EVENTS order; always empty without that window. The window
+    # ends at the sweep that made this snapshot (dcgm-exporter's at the scrape, less than one
+    # sweep interval later).
+    clock_event_window_counts: tuple[tuple[str, int], ...] = ()
     # The processes on this GPU and its MIG instances; None when process accounting is off or
     # its last round failed for this GPU.
     processes: tuple[GpuProcess, ...] | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -199,3 +200,22 @@ def _unit_tests_start_no_process(request: pytest.FixtureRequest) -> Iterator[Non
     from tests.tiers import refuse_processes_in_unit_tests
 
     yield from refuse_processes_in_unit_tests(request)
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Iterator:
+    """`main()` in this process with its own environment: (exit status, stdout, stderr)."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+
+    from exporter.cli import main
+
+    def call(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main(list(args), environ=dict(env or {}))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    yield call
+    # main() configures logging for the process it thinks it owns.
+    root.handlers[:], root.level = handlers, level

@@ -7,7 +7,6 @@ contract holds there too: the status reaches the shell and nothing else reaches 
 from __future__ import annotations
 
 import io
-import logging
 import socket
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from collections.abc import Iterator
 import bcrypt
 import pytest
 
-from exporter.cli import env_name, main, parse_config, parse_duration
+from exporter.cli import env_name, parse_config, parse_duration
 from exporter.config import HostLabel
 from exporter.dcgm_compat import PROFILES, DcgmVersion
 from exporter.password_hash import PasswordError, read_password
@@ -35,23 +34,6 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     )
 
 
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Iterator:
-    """`main()` in this process with its own environment: (exit status, stdout, stderr)."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-
-    def call(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = main(list(args), environ=dict(env or {}))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    yield call
-    # main() configures logging for the process it thinks it owns.
-    root.handlers[:], root.level = handlers, level
-
-
 def assert_one_error_line(stderr: str, mentions: str) -> None:
     lines = stderr.strip().splitlines()
     assert len(lines) == 1, stderr
@@ -60,6 +42,10 @@ def assert_one_error_line(stderr: str, mentions: str) -> None:
 
 
 BAD_INPUT = [
+    (["--collectors=/nonexistent/fields.csv"], {}, "collectors file /nonexistent/fields.csv"),
+    (["--xid-count-window-size=0"], {}, "--xid-count-window-size"),
+    (["--clock-events-count-window-size=soon"], {}, "--clock-events-count-window-size"),
+    (["--collector.field-interval=DCGM_FI_NOPE=1s"], {}, "--collector.field-interval"),
     (["--collector.interval=5x"], {}, "--collector.interval"),
     (["--collector.interval=0"], {}, "--collector.interval"),
     (["--collector.interval=-1s"], {}, "--collector.interval"),

@@ -15,14 +15,8 @@ import pytest
 
 from exporter.cli import parse_config
 from exporter.config import LabelConfig
-from exporter.dcgm_compat import (
-    DCGM_4_7_DOCS,
-    DCGM_ALIAS,
-    GO_DCGM_FIELD,
-    PROFILES,
-    RENAMES_4_9,
-    DcgmVersion,
-)
+from exporter.dcgm_compat import PROFILES, RENAMES_4_9, DcgmVersion
+from exporter.fields.table import DCGM_4_7_DOCS, DCGM_ALIAS, GO_DCGM_FIELD
 from exporter.snapshot import (
     GpuIdentity,
     GpuReadings,

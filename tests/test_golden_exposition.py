@@ -21,7 +21,9 @@ from exporter.exposition.text_format import escape_help
 from tests.golden.node_scrape import GOLDENS, Golden, samples, scrape, shape
 
 # Own families no golden can show: they appear only once something has failed.
+# Families the goldens never show: written only on errors, or only with a --collectors file.
 ERROR_ONLY = {
+    f"{PREFIX}fields_unsupported",
     f"{PREFIX}nvml_errors_total",
     f"{PREFIX}podresources_errors_total",
     f"{PREFIX}render_errors_total",

@@ -58,7 +58,7 @@ SECTION_SOURCES: dict[str, tuple[str, ...]] = {
     # Its values table is made from deploy/helm/kube-gpu-exporter/values.yaml (in DEPLOY's globs).
     "Install with Helm": DEPLOY,
     "Configure": CLI,
-    "Upgrade from dcgm-exporter": ("exporter/dcgm_compat.py", *CLI, *BUNDLE),
+    "Migrating from dcgm-exporter": ("exporter/dcgm_compat.py", *CLI, *BUNDLE),
     "Monitoring bundle": BUNDLE,
     "Development": ("Makefile", "pyproject.toml"),
 }

@@ -66,11 +66,22 @@ def merge_xid(board: XidRecord, instance: XidRecord) -> XidRecord:
         return board
     if not board.counts:
         return instance
-    counts: dict[int, int] = dict(board.counts)
-    for code, n in instance.counts:
-        counts[code] = counts.get(code, 0) + n
     newest = board if board.sequence >= instance.sequence else instance
-    return XidRecord(newest.last_xid, newest.sequence, tuple(sorted(counts.items())))
+    return XidRecord(
+        newest.last_xid,
+        newest.sequence,
+        _summed(board.counts, instance.counts),
+        _summed(board.window_counts, instance.window_counts),
+    )
+
+
+def _summed(
+    a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]
+) -> tuple[tuple[int, int], ...]:
+    counts: dict[int, int] = dict(a)
+    for code, n in b:
+        counts[code] = counts.get(code, 0) + n
+    return tuple(sorted(counts.items()))
 
 
 def device_entities(snapshot: NodeSnapshot, config: LabelConfig) -> list[Entity]:

@@ -291,6 +291,12 @@ POD_SERIES_LABELS_DROPPED_TOTAL = _own(
     "not_text (a value that is not Unicode text, such as a lone surrogate).",
     ("reason",),
 )
+FIELDS_UNSUPPORTED = _own(
+    "fields_unsupported",
+    GAUGE,
+    "DCGM fields the --collectors file lists that are not exported, by field and reason; always 1.",
+    ("field", "reason"),
+)
 RENDER_ERRORS_TOTAL = _own(
     "render_errors_total",
     COUNTER,

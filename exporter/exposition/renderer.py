@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import platform
+import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
 from typing import Any
 
@@ -36,6 +37,7 @@ from exporter.exposition.text_format import (
     format_value,
     label_body,
 )
+from exporter.fields.selection import FieldSelection
 from exporter.snapshot import ConnectionCounts
 from exporter.xid_messages import xid_message
 
@@ -64,11 +66,37 @@ BUILD_LABELS: Labels = (
 _REMEMBERED_LABEL_SETS = 4096
 
 
+# Why a family a --collectors file lists has no series on this node.
+NOT_SERVED = "no GPU or MIG instance on this node has given a value"
+# How long after the first render a listed family may still be waiting for its first value: a
+# GPM average needs two samples, the NVLink rate two slow-field reads (at most a minute apart).
+UNSERVED_GRACE_SECONDS = 120.0
+
+
 class Renderer:
-    def __init__(self, labels: LabelConfig) -> None:
+    def __init__(
+        self,
+        labels: LabelConfig,
+        fields: FieldSelection | None = None,
+        *,
+        xid_window_ms: int | None = None,
+        clock_events_window_ms: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._labels = labels
+        # The windows of DCGM_EXP_XID_ERRORS_COUNT and DCGM_EXP_CLOCK_EVENTS_COUNT, for their
+        # window_size_in_ms label; a family listed without its window has no counts to show.
+        self._xid_window_ms = xid_window_ms
+        self._clock_events_window_ms = clock_events_window_ms
         self._host = host_labels(labels)
-        self._dcgm = families_for(labels.dcgm)
+        self._fields = fields
+        self._dcgm = families_for(labels.dcgm, fields)
+        # With a --collectors file: the listed families some entity has served since the first
+        # render, and those named in the log as never served.
+        self._clock = clock
+        self._first_render_at: float | None = None
+        self._served: set[str] = set()
+        self._unserved_logged: set[str] = set()
         self._bodies: dict[Labels, str] = {}
         # Part of the body (a family, or a group of them) -> renders that left it out.
         self._render_errors: Counter[str] = Counter()
@@ -101,7 +129,12 @@ class Renderer:
         profiling = [e.profiling for e in entities]
         for families, sources in ((self._dcgm.gpu, readings), (self._dcgm.profiling, profiling)):
             for family in families:
-                out.family(family, self._dcgm_samples(family, sources, bodies))
+                samples: Iterable[tuple[str, str]] = self._dcgm_samples(family, sources, bodies)
+                if self._fields is not None:
+                    samples = list(samples)
+                    if samples:
+                        self._served.add(family.name)
+                out.family(family, samples)
         parts: list[tuple[str, Callable[[], None]]] = [
             ("xid", lambda: self._xid(out, entities, bodies)),
             ("clock events", lambda: self._clock_events(out, entities, bodies)),
@@ -119,6 +152,8 @@ class Renderer:
         if energy is not None:
             parts.append(("pod energy", lambda: render_pod_energy(out, energy, self._label_body)))
         parts.append(("sources", lambda: render_source_health(out, node.sources)))
+        if self._fields is not None:
+            parts.append(("unsupported fields", lambda: self._unsupported(out)))
         for part, render in parts:
             try:
                 render()
@@ -162,45 +197,95 @@ class Renderer:
             if sample is not None:
                 yield body, sample
 
+    def _unsupported(self, out: FamilyWriter) -> None:
+        """The --collectors file's fields that are not exported: those named at start, and,
+        from UNSERVED_GRACE_SECONDS after the first render on, listed families no entity has
+        served since then (a field the boards refuse, such as a fan on a passive board)."""
+        assert self._fields is not None
+        rows = [(f.name, f.reason) for f in self._fields.unsupported]
+        now = self._clock()
+        if self._first_render_at is None:
+            self._first_render_at = now
+        if now - self._first_render_at >= UNSERVED_GRACE_SECONDS:
+            dcgm = (*self._dcgm.gpu, *self._dcgm.profiling)
+            unserved = [f.name for f in dcgm if f.name not in self._served]
+            rows += [(name, NOT_SERVED) for name in unserved]
+            for name in unserved:
+                if name not in self._unserved_logged:
+                    self._unserved_logged.add(name)
+                    log.warning("%s: %s is not exported: %s", self._fields.path, name, NOT_SERVED)
+        out.family(
+            own.FIELDS_UNSUPPORTED,
+            [(label_body((("field", name), ("reason", reason))), "1") for name, reason in rows],
+        )
+
     def _xid(self, out: FamilyWriter, entities: tuple[Entity, ...], bodies: list[str]) -> None:
-        out.family(
-            self._dcgm.xid,
-            (
+        xid, xid_total = self._dcgm.xid, self._dcgm.xid_total
+        if xid is not None:
+            out.family(
+                xid,
                 (
-                    body
-                    + ","
-                    + label_body(
-                        (
-                            ("err_code", str(e.xid.last_xid)),
-                            ("err_msg", xid_message(e.xid.last_xid)),
-                        )
-                    ),
-                    str(e.xid.last_xid),
-                )
-                for e, body in zip(entities, bodies, strict=True)
-            ),
-        )
-        out.family(
-            self._dcgm.xid_total,
-            (
-                (f'{body},xid="{code}"', str(count))
-                for e, body in zip(entities, bodies, strict=True)
-                for code, count in e.xid.counts
-            ),
-        )
+                    (
+                        body
+                        + ","
+                        + label_body(
+                            (
+                                ("err_code", str(e.xid.last_xid)),
+                                ("err_msg", xid_message(e.xid.last_xid)),
+                            )
+                        ),
+                        str(e.xid.last_xid),
+                    )
+                    for e, body in zip(entities, bodies, strict=True)
+                ),
+            )
+        if xid_total is not None:
+            out.family(
+                xid_total,
+                (
+                    (f'{body},xid="{code}"', str(count))
+                    for e, body in zip(entities, bodies, strict=True)
+                    for code, count in e.xid.counts
+                ),
+            )
+        xid_count = self._dcgm.xid_count
+        if xid_count is not None and self._xid_window_ms is not None:
+            # Each entity as the families above show it: a MIG instance's own and its board's.
+            out.family(
+                xid_count,
+                _window_samples(
+                    bodies,
+                    [tuple((str(code), n) for code, n in e.xid.window_counts) for e in entities],
+                    self._xid_window_ms,
+                    "xid",
+                ),
+            )
 
     def _clock_events(
         self, out: FamilyWriter, entities: tuple[Entity, ...], bodies: list[str]
     ) -> None:
-        # Board-level counts: every MIG instance of a GPU repeats its board's, as for XIDs.
-        out.family(
-            self._dcgm.clock_events_total,
-            (
-                (f"{body},{label_body((('clock_event', name),))}", str(count))
-                for e, body in zip(entities, bodies, strict=True)
-                for name, count in e.gpu.clock_event_counts
-            ),
-        )
+        # Board-level counts: every MIG instance of a GPU repeats its board's, as for XIDs (and
+        # as dcgm-exporter's window counts, which it looks up by GPU).
+        if self._dcgm.clock_events_total is not None:
+            out.family(
+                self._dcgm.clock_events_total,
+                (
+                    (f"{body},{label_body((('clock_event', name),))}", str(count))
+                    for e, body in zip(entities, bodies, strict=True)
+                    for name, count in e.gpu.clock_event_counts
+                ),
+            )
+        window_ms = self._clock_events_window_ms
+        if self._dcgm.clock_events_count is not None and window_ms is not None:
+            out.family(
+                self._dcgm.clock_events_count,
+                _window_samples(
+                    bodies,
+                    [e.gpu.clock_event_window_counts for e in entities],
+                    window_ms,
+                    "clock_event",
+                ),
+            )
 
     def _self_metrics(self, out: FamilyWriter, node: AttributedNode) -> None:
         snap = node.snapshot
@@ -329,3 +414,16 @@ class Renderer:
                 [("", format_value(connections.evicted))],
             )
         return out.text()
+
+
+def _window_samples(
+    bodies: list[str], counts: list[tuple[tuple[str, int], ...]], window_ms: int, label: str
+) -> Iterator[tuple[str, str]]:
+    """dcgm-exporter's windowed counts: per entity, one series per value seen in the window, or a
+    single 0 without the value label when nothing was."""
+    window = label_body((("window_size_in_ms", str(window_ms)),))
+    for body, entity_counts in zip(bodies, counts, strict=True):
+        if not entity_counts:
+            yield f"{body},{window}", "0"
+        for value, n in entity_counts:
+            yield f"{body},{window},{label_body(((label, value),))}", str(n)

@@ -1,51 +1,59 @@
-"""Reads one GPU: its identity once, then its board-level values every sweep.
+"""Reads one GPU: its identity once, then its board-level values every sweep, as the field table
+(exporter/fields/table.py) says.
 
-Every value NVML has a field id for (ECC, energy, PCIe replays, NVLink, row remapping, memory
-temperature, board power) is fetched in a single `nvmlDeviceGetFieldValues` batch per GPU,
-checking each entry's own return code. The slow fields among them (SLOW_FIELDS: costly counters
-and rarely changing ones) join the batch only when scrape_cadence.py says they are due; in between,
-their last values stand, except the energy counter, which board power carries forward between
-rarer reads (energy_estimate.py). Everything else uses the plain getters. The vGPU licence state
-changes on the scale of minutes, so it is read with the identity, not every sweep.
+Every row whose NVML source is a field value (ECC, energy, PCIe replays, row remapping, memory
+temperature), plus board power and the per-link NVLink counters, is fetched in a single
+`nvmlDeviceGetFieldValues` batch per GPU, checking each entry's own return code. Every row whose
+source is a plain getter is one guarded call, shared by the rows that name the same call.
+
+Each row is read on its cadence: every sweep, or with the slow fields (costly counters and rarely
+changing ones) only when scrape_cadence.py says they are due, or on its own interval where the
+user set one (--collector.field-interval). In between, a row's last value stands, except the
+energy counter, which board power carries forward between rarer reads (energy_estimate.py). The
+vGPU licence state changes on the scale of minutes, so it is read with the identity.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import pynvml
 
+from exporter.fields.model import Cadence, DcgmField, FieldValue, Getter
+from exporter.fields.table import BY_NAME, GPU_FIELDS
 from exporter.nvml.energy_estimate import EnergyEstimates
-from exporter.nvml.guarded_calls import GuardedNvml, alt
+from exporter.nvml.guarded_calls import Alternative, GuardedNvml
 from exporter.nvml.nvlink_rate import NvlinkRate, NvlinkSample
 from exporter.nvml.struct_views import view
 from exporter.scrape_cadence import ScrapeCadence
 from exporter.snapshot import GpuIdentity, GpuReadings
 
-# NVML field id -> GpuReadings attribute, for the fields read at the slow fields' cadence
-# (scrape_cadence.py): the energy counter (4 ms of CPU per read on an H200), the PCIe replay counter
-# (150 µs), and ECC totals and row remapping, which change on the scale of hours.
-SLOW_FIELDS: dict[int, str] = {
-    pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: "ecc_sbe_volatile",
-    pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: "ecc_dbe_volatile",
-    pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: "ecc_sbe_aggregate",
-    pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: "ecc_dbe_aggregate",
-    pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: "energy_mj",
-    pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: "pcie_replay_count",
-    pynvml.NVML_FI_DEV_REMAPPED_COR: "remapped_rows_correctable",
-    pynvml.NVML_FI_DEV_REMAPPED_UNC: "remapped_rows_uncorrectable",
-    pynvml.NVML_FI_DEV_REMAPPED_PENDING: "remapped_rows_pending",
-    pynvml.NVML_FI_DEV_REMAPPED_FAILURE: "remapped_rows_failure",
-}
-# NVML field id -> GpuReadings attribute, for every single-scope field the batch carries.
-BATCHED_FIELDS: dict[int, str] = {
-    pynvml.NVML_FI_DEV_MEMORY_TEMP: "memory_temperature_c",
-    **SLOW_FIELDS,
-}
+
+def _key(row: DcgmField) -> str:
+    """Where a row's value goes: its GpuReadings attribute, else GpuReadings.extra by name."""
+    return row.attribute or row.name
+
+
+def _field_values(rows: Iterable[DcgmField]) -> dict[int, str]:
+    return {
+        row.source.nvml_field_id: _key(row) for row in rows if isinstance(row.source, FieldValue)
+    }
+
+
+_DEFAULT_ROWS = tuple(row for row in GPU_FIELDS if row.default)
+# NVML field id -> GpuReadings attribute, for the default rows read at the slow fields' cadence
+# (scrape_cadence.py): the energy counter (4 ms of CPU per read on an H200), the PCIe replay
+# counter (150 µs), and ECC totals and row remapping, which change on the scale of hours.
+SLOW_FIELDS: dict[int, str] = _field_values(
+    row for row in _DEFAULT_ROWS if row.cadence in (Cadence.SLOW, Cadence.ENERGY)
+)
+# NVML field id -> GpuReadings attribute, for every single-scope field the default batch carries.
+BATCHED_FIELDS: dict[int, str] = _field_values(_DEFAULT_ROWS)
 # Board power as nvmlDeviceGetPowerUsage reports it: the 1 s average on Ampere (GA100 excepted)
 # and newer, the instantaneous draw on the others (docs/nvml.md, 'Power fields'). The batch asks
 # for both and takes the average where the GPU has one; the getter stays the fallback for a
@@ -85,16 +93,15 @@ def _text(value: Any) -> str:
 
 
 _NVLINK_ATTRIBUTES = frozenset(NVLINK_FIELDS.values())
-
-
-# The batch's entries at the slow cadence: SLOW_FIELDS and the per-link NVLink counters (on an
-# 18-link GPU 36 entries, about 10 µs each on an H200); their rate is then the average since the
-# previous read, normally the time between two scrapes.
-_SLOW_ATTRIBUTES = frozenset(SLOW_FIELDS.values()) | _NVLINK_ATTRIBUTES
-# What a read without the slow fields takes from the last read with them.
-_KEPT = _SLOW_ATTRIBUTES | {"nvlink_kib_per_second", "power_limit_mw"}
-ENERGY_ATTRIBUTE = SLOW_FIELDS[pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION]
+_POWER_ROW = BY_NAME["DCGM_FI_DEV_POWER_USAGE"]
+_NVLINK_ROW = BY_NAME["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"]
+_ENERGY_ROW = BY_NAME["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]
+ENERGY_ATTRIBUTE = _key(_ENERGY_ROW)
 FieldRequest = int | tuple[int, int]
+
+# Read-cadence groups: every sweep, the slow fields, the energy counter, or one field's own
+# interval ("field:<name>", from --collector.field-interval).
+SWEEP, SLOW, ENERGY = "sweep", "slow", "energy"
 
 
 @dataclass
@@ -103,35 +110,40 @@ class _FieldPlan:
 
     request: list[FieldRequest]
     attributes: list[str]
+    groups: list[str]
     # Per position, whether it is a per-link NVLink counter (worked out once, not per sweep).
     nvlink: list[bool] = field(init=False)
 
     def __post_init__(self) -> None:
         self.nvlink = [attribute in _NVLINK_ATTRIBUTES for attribute in self.attributes]
 
+    def keep(self, positions: list[int]) -> _FieldPlan:
+        return _FieldPlan(
+            [self.request[i] for i in positions],
+            [self.attributes[i] for i in positions],
+            [self.groups[i] for i in positions],
+        )
+
     def without(self, refused: set[FieldRequest]) -> _FieldPlan:
-        keep = [i for i, entry in enumerate(self.request) if entry not in refused]
-        return _FieldPlan([self.request[i] for i in keep], [self.attributes[i] for i in keep])
+        return self.keep([i for i, entry in enumerate(self.request) if entry not in refused])
 
 
 @dataclass
 class _FieldPlans:
-    """A device's batch with its slow fields (`full`), with them but without the energy counter
-    (`slow`), and without any (`fast`)."""
+    """A device's whole batch, and its part for each set of due cadence groups (worked out once
+    per set, not per sweep)."""
 
     full: _FieldPlan
-    slow: _FieldPlan = field(init=False)
-    fast: _FieldPlan = field(init=False)
+    _parts: dict[frozenset[str], _FieldPlan] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        pairs = list(zip(self.full.request, self.full.attributes, strict=True))
-        self.slow = self.full.without({e for e, a in pairs if a == ENERGY_ATTRIBUTE})
-        self.fast = self.full.without({e for e, a in pairs if a in _SLOW_ATTRIBUTES})
-
-    def pick(self, with_slow: bool, with_energy: bool) -> _FieldPlan:
-        if not with_slow:
-            return self.fast
-        return self.full if with_energy else self.slow
+    def pick(self, due: frozenset[str]) -> _FieldPlan:
+        part = self._parts.get(due)
+        if part is None:
+            groups = self.full.groups
+            part = self._parts[due] = self.full.keep(
+                [i for i, group in enumerate(groups) if group in due]
+            )
+        return part
 
 
 @dataclass
@@ -146,6 +158,44 @@ class _Batch:
     nvlink_timestamp_us: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class _GetterRead:
+    """A getter row as the reader walks it each sweep, worked out once."""
+
+    value_key: str
+    group: str
+    call_key: str
+    functions: tuple[str, ...]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    pick: Any
+    whole_gpu_only: bool
+
+    @classmethod
+    def of(cls, row: DcgmField, group: str) -> _GetterRead:
+        getter = row.source
+        assert isinstance(getter, Getter)
+        return cls(
+            _key(row),
+            group,
+            getter.key,
+            getter.functions,
+            getter.args,
+            dict(getter.kwargs),
+            getter.pick,
+            getter.whole_gpu_only,
+        )
+
+    def alternatives(self, handle: Any) -> list[Alternative]:
+        """The calls in order; keyword arguments go with the first alternative only (the newer
+        struct version), the next ones being the older API without them."""
+        args = (handle, *self.args)
+        return [
+            (function, args, self.kwargs if position == 0 else {})
+            for position, function in enumerate(self.functions)
+        ]
+
+
 class DeviceReader:
     def __init__(
         self,
@@ -153,17 +203,55 @@ class DeviceReader:
         field_values_lock: threading.Lock,
         slow_fields: ScrapeCadence | None = None,
         energy: EnergyEstimates | None = None,
+        *,
+        extra_fields: Iterable[str] = (),
+        field_cadences: Mapping[str, ScrapeCadence | None] = MappingProxyType({}),
     ) -> None:
         self._nvml = nvml
         # Serialised as DataDog does after an incident (datadog-agent #54821).
         self._field_values_lock = field_values_lock
-        # None: the slow fields are read with every sweep.
-        self._slow_cadence = slow_fields
         # None: the energy counter is read with the other slow fields, and stands in between.
         self._energy = energy
+        extra = frozenset(extra_fields)
+        self._rows = tuple(row for row in GPU_FIELDS if row.default or row.name in extra)
+        # Group -> when it is due; None: every sweep. A field with its own interval has a group
+        # of its own.
+        self._cadences: dict[str, ScrapeCadence | None] = {SWEEP: None, SLOW: slow_fields}
+        self._group: dict[str, str] = {}
+        for row in self._rows:
+            if row.name in field_cadences:
+                group = f"field:{row.name}"
+                self._cadences[group] = field_cadences[row.name]
+            elif row.cadence is Cadence.ENERGY and energy is not None:
+                group = ENERGY
+            elif row.cadence in (Cadence.SLOW, Cadence.ENERGY):
+                group = SLOW
+            else:
+                group = SWEEP
+            self._group[row.name] = group
+        # Values a read without their group takes from the last read with it, per group; the
+        # energy estimate is worked out every sweep instead.
+        self._kept_keys: dict[str, frozenset[str]] = {}
+        for row in self._rows:
+            keys = {_key(row)} | (_NVLINK_ATTRIBUTES if row is _NVLINK_ROW else set())
+            if row is _ENERGY_ROW and energy is not None:
+                continue
+            group = self._group[row.name]
+            self._kept_keys[group] = self._kept_keys.get(group, frozenset()) | keys
+        self._getters = tuple(
+            _GetterRead.of(row, self._group[row.name])
+            for row in self._rows
+            if isinstance(row.source, Getter)
+        )
+        self._has_extra = any(row.attribute is None for row in self._rows)
+        self._batched = {
+            row.source.nvml_field_id: (_key(row), self._group[row.name])
+            for row in self._rows
+            if isinstance(row.source, FieldValue)
+        }
         self._plans: dict[str, _FieldPlans] = {}
-        # UUID -> the slow fields' values as last read, standing until the next read.
-        self._slow_values: dict[str, dict[str, int | float]] = {}
+        # UUID -> group -> the group's values as last read, standing until the next read.
+        self._kept: dict[str, dict[str, dict[str, int | float]]] = {}
         # Guards the plans and the per-UUID tables, which the device workers and the sweep share.
         self._plans_lock = threading.Lock()
         self._nvlink_rate = NvlinkRate()
@@ -190,65 +278,55 @@ class DeviceReader:
             minor_number=None if minor is None else int(minor),
         )
 
+    def _due(self, uuid: str) -> frozenset[str]:
+        due = {
+            group
+            for group, cadence in self._cadences.items()
+            if cadence is None or cadence.due(uuid)
+        }
+        # The energy counter is read only in a sweep that reads the slow fields, when its own
+        # interval has passed too.
+        if self._energy is not None and SLOW in due and self._energy.read_due(uuid):
+            due.add(ENERGY)
+        return frozenset(due)
+
     def read_board(self, identity: GpuIdentity, handle: Any) -> GpuReadings:
         uuid = identity.uuid
-        call = self._nvml.call
         mig_parent = bool(identity.mig_enabled)
+        due = self._due(uuid)
         values: dict[str, Any] = {}
-
-        values["temperature_c"] = call(
-            uuid, "temperature", "nvmlDeviceGetTemperature", handle, pynvml.NVML_TEMPERATURE_GPU
-        )
-        # Utilization, encoder and decoder are documented NOT_SUPPORTED on a MIG-enabled parent, and
-        # its framebuffer is reported per instance. Skip them by rule rather than memoising, since
-        # MIG mode can be switched off again.
-        if not mig_parent:
-            util = call(uuid, "utilization", "nvmlDeviceGetUtilizationRates", handle)
-            if util is not None:
-                values["gpu_util_pct"] = util.gpu
-                values["mem_copy_util_pct"] = util.memory
-            enc = call(uuid, "encoder", "nvmlDeviceGetEncoderUtilization", handle)
-            values["encoder_util_pct"] = None if enc is None else enc[0]
-            dec = call(uuid, "decoder", "nvmlDeviceGetDecoderUtilization", handle)
-            values["decoder_util_pct"] = None if dec is None else dec[0]
-            values.update(self._memory(uuid, handle))
-        with_slow = self._slow_due(uuid)
-        if with_slow:
-            # A setting, not a reading, and 85 µs a call on an H200: at the slow fields' cadence.
-            values["power_limit_mw"] = call(
-                uuid, "power_limit", "nvmlDeviceGetPowerManagementLimit", handle
-            )
-        values["enforced_power_limit_mw"] = call(
-            uuid, "enforced_power_limit", "nvmlDeviceGetEnforcedPowerLimit", handle
-        )
-        values["sm_clock_mhz"] = call(
-            uuid, "sm_clock", "nvmlDeviceGetClockInfo", handle, pynvml.NVML_CLOCK_SM
-        )
-        values["mem_clock_mhz"] = call(
-            uuid, "mem_clock", "nvmlDeviceGetClockInfo", handle, pynvml.NVML_CLOCK_MEM
-        )
-        values["clock_event_reasons"] = self._nvml.first_available(
-            uuid,
-            "clock_events",
-            [
-                alt("nvmlDeviceGetCurrentClocksEventReasons", handle),
-                alt("nvmlDeviceGetCurrentClocksThrottleReasons", handle),
-            ],
-        )
-        with_energy = with_slow and (self._energy is None or self._energy.read_due(uuid))
-        batch = self._batched(uuid, handle, with_slow, with_energy)
+        # Rows naming the same call (utilization, memory) share one answer per sweep.
+        answers: dict[str, Any] = {}
+        for read in self._getters:
+            # Utilization, encoder and decoder are documented NOT_SUPPORTED on a MIG-enabled
+            # parent, and its framebuffer is reported per instance. Skip them by rule rather than
+            # memoising, since MIG mode can be switched off again.
+            if read.group not in due or (read.whole_gpu_only and mig_parent):
+                continue
+            key = read.call_key
+            if key in answers:
+                answer = answers[key]
+            else:
+                answer = answers[key] = self._nvml.first_available(
+                    uuid, key, read.alternatives(handle)
+                )
+            if answer is not None:
+                values[read.value_key] = answer if read.pick is None else read.pick(answer)
+        batch = self._batched_read(uuid, handle, due)
         batched = batch.values
+        power_group = self._group[_POWER_ROW.name]
         average, instant = (batched.pop(a, None) for a in _POWER_FIELDS.values())
         power = average if average is not None else instant
-        if power is None:
-            power = call(uuid, "power", "nvmlDeviceGetPowerUsage", handle)
-        values["power_mw"] = power
+        if power is None and power_group in due:
+            power = self._nvml.call(uuid, "power", "nvmlDeviceGetPowerUsage", handle)
+        if power is not None:
+            values[_key(_POWER_ROW)] = power
         if batch.nvlink_failed:
             # A sum over only some links would look like a counter going backwards.
             for attribute in _NVLINK_ATTRIBUTES:
                 batched.pop(attribute, None)
         elif batch.nvlink_ok:
-            values["nvlink_kib_per_second"] = self._nvlink_rate.update(
+            values[_key(_NVLINK_ROW)] = self._nvlink_rate.update(
                 uuid,
                 NvlinkSample(
                     total_kib=int(
@@ -261,14 +339,22 @@ class DeviceReader:
             )
         energy_read = batched.pop(ENERGY_ATTRIBUTE, None) if self._energy is not None else None
         values.update(batched)
-        self._keep_slow(uuid, values, with_slow and batch.answered)
+        self._keep(uuid, values, due, batch.answered)
         if self._energy is not None:
             # An unsigned long long field: int already, but the batch types all its values alike.
             counter_mj = None if energy_read is None else int(energy_read)
-            values[ENERGY_ATTRIBUTE] = self._energy.update(uuid, power, counter_mj)
+            values[ENERGY_ATTRIBUTE] = self._energy.update(uuid, values.get("power_mw"), counter_mj)
         with self._plans_lock:
             values["vgpu_license_status"] = self._licence.get(uuid)
-        return GpuReadings(**{k: v for k, v in values.items() if v is not None})
+        if not self._has_extra:
+            return GpuReadings(**{k: v for k, v in values.items() if v is not None})
+        extra = tuple(
+            sorted((k, v) for k, v in values.items() if k.startswith("DCGM_") and v is not None)
+        )
+        return GpuReadings(
+            **{k: v for k, v in values.items() if v is not None and not k.startswith("DCGM_")},
+            extra=extra,
+        )
 
     def _vgpu_licence(self, uuid: str, handle: Any) -> int | None:
         """DCGM's VGPU_LICENSE_STATUS (docs/nvml.md, 'vGPU licence'): 0 where the GPU has no
@@ -286,23 +372,8 @@ class DeviceReader:
                 return int(feature.featureState > 0)
         return None  # licensing without a vGPU feature: DCGM publishes nothing either
 
-    def _memory(self, uuid: str, handle: Any) -> dict[str, int]:
-        mem = self._nvml.first_available(
-            uuid,
-            "memory",
-            [
-                alt("nvmlDeviceGetMemoryInfo", handle, version=pynvml.nvmlMemory_v2),
-                alt("nvmlDeviceGetMemoryInfo", handle),
-            ],
-        )
-        return memory_values(mem)
-
-    def _slow_due(self, uuid: str) -> bool:
-        cadence = self._slow_cadence
-        return cadence is None or cadence.due(uuid)
-
-    def _batched(self, uuid: str, handle: Any, with_slow: bool, with_energy: bool) -> _Batch:
-        plan = self._plan(uuid, handle).pick(with_slow, with_energy)
+    def _batched_read(self, uuid: str, handle: Any, due: frozenset[str]) -> _Batch:
+        plan = self._plan(uuid, handle).pick(due)
         batch = _Batch()
         if not plan.request:
             return batch
@@ -346,33 +417,47 @@ class DeviceReader:
                 batch.nvlink_failed += 1
         return batch
 
-    def _keep_slow(self, uuid: str, values: dict[str, Any], read: bool) -> None:
-        """After a read with the slow fields, remember them; after one without, add them."""
-        if read:
-            fresh = {a: v for a, v in values.items() if a in _KEPT and v is not None}
-            with self._plans_lock:
-                self._slow_values[uuid] = fresh
-            if self._slow_cadence is not None:
-                self._slow_cadence.done(uuid)
-            return
+    def _keep(self, uuid: str, values: dict[str, Any], due: frozenset[str], answered: bool) -> None:
+        """After a read with a group, remember its values; after one without (or one whose batch
+        failed), fill in the values it lacks. A group is done only when the batch answered: a
+        failed batch is retried at the next sweep."""
         with self._plans_lock:
-            kept = self._slow_values.get(uuid)
-        if kept:
-            values.update(kept)
+            kept = self._kept.setdefault(uuid, {})
+            for group, keys in self._kept_keys.items():
+                if group == SWEEP:
+                    continue
+                if group in due and answered:
+                    kept[group] = {k: v for k, v in values.items() if k in keys and v is not None}
+                else:
+                    for key, value in kept.get(group, {}).items():
+                        if values.get(key) is None:
+                            values[key] = value
+        for group in due:
+            cadence = self._cadences.get(group)
+            if cadence is not None and answered:
+                cadence.done(uuid)
 
     def _plan(self, uuid: str, handle: Any) -> _FieldPlans:
         with self._plans_lock:
             plans = self._plans.get(uuid)
         if plans is not None:
             return plans
-        fields = {**BATCHED_FIELDS, **_POWER_FIELDS}
-        request: list[int | tuple[int, int]] = list(fields)
-        attributes = list(fields.values())
-        for link in range(self._nvlink_count(uuid, handle)):
-            for field_id, attribute in NVLINK_FIELDS.items():
-                request.append((field_id, link))
-                attributes.append(attribute)
-        plans = _FieldPlans(_FieldPlan(request, attributes))
+        power_group = self._group[_POWER_ROW.name]
+        entries: dict[int, tuple[str, str]] = {
+            **self._batched,
+            **{field_id: (attr, power_group) for field_id, attr in _POWER_FIELDS.items()},
+        }
+        request: list[FieldRequest] = list(entries)
+        attributes = [attribute for attribute, _group in entries.values()]
+        groups = [group for _attribute, group in entries.values()]
+        nvlink_group = self._group.get(_NVLINK_ROW.name)
+        if nvlink_group is not None:
+            for link in range(self._nvlink_count(uuid, handle)):
+                for field_id, attribute in NVLINK_FIELDS.items():
+                    request.append((field_id, link))
+                    attributes.append(attribute)
+                    groups.append(nvlink_group)
+        plans = _FieldPlans(_FieldPlan(request, attributes, groups))
         with self._plans_lock:
             self._plans[uuid] = plans
         return plans
@@ -397,15 +482,16 @@ class DeviceReader:
             if plans is not None:
                 self._plans[uuid] = _FieldPlans(plans.full.without(refused))
 
-    def _forget_slow(self, uuid: str | None) -> None:
-        """The counters may have restarted: read the slow fields in the next sweep."""
+    def _forget_kept(self, uuid: str | None) -> None:
+        """The counters may have restarted: read every group in the next sweep."""
         with self._plans_lock:
             if uuid is None:
-                self._slow_values.clear()
+                self._kept.clear()
             else:
-                self._slow_values.pop(uuid, None)
-        if self._slow_cadence is not None:
-            self._slow_cadence.forget(uuid, everything=uuid is None)
+                self._kept.pop(uuid, None)
+        for cadence in self._cadences.values():
+            if cadence is not None:
+                cadence.forget(uuid, everything=uuid is None)
         if self._energy is not None:
             self._energy.want_read(uuid)
 
@@ -413,26 +499,27 @@ class DeviceReader:
         """The device was reconfigured (MIG mode) or replaced: ask it afresh."""
         with self._plans_lock:
             self._plans.pop(uuid, None)
-        self._forget_slow(uuid)
+        self._forget_kept(uuid)
         self._nvlink_rate.forget(uuid)
 
     def lost(self, uuid: str) -> None:
         """The GPU fell off the bus: when it returns its counters may have restarted."""
-        self._forget_slow(uuid)
+        self._forget_kept(uuid)
         self._nvlink_rate.forget(uuid)
 
     def retain(self, uuids: Iterable[str]) -> None:
         """Drop what is kept for GPUs that NVML no longer enumerates."""
         keep = set(uuids)
         with self._plans_lock:
-            gone = {u for table in (self._plans, self._licence, self._slow_values) for u in table}
-            gone -= keep
-            for table in (self._plans, self._licence, self._slow_values):
+            tables: tuple[dict[str, Any], ...] = (self._plans, self._licence, self._kept)
+            gone = {u for table in tables for u in table} - keep
+            for table in tables:
                 for uuid in gone & table.keys():
                     del table[uuid]
         for uuid in gone:
-            if self._slow_cadence is not None:
-                self._slow_cadence.forget(uuid)
+            for cadence in self._cadences.values():
+                if cadence is not None:
+                    cadence.forget(uuid)
         if self._energy is not None:
             self._energy.retain(keep)
         self._nvlink_rate.retain(keep)
@@ -441,7 +528,7 @@ class DeviceReader:
         """NVML was shut down under us (driver unloaded or reloaded): counters may restart, and
         the licence is read again with the identities."""
         self._nvlink_rate.clear()
-        self._forget_slow(None)
+        self._forget_kept(None)
         with self._plans_lock:
             self._licence.clear()
 

@@ -23,6 +23,8 @@ from typing import Any
 
 import pynvml
 
+from exporter.fields.model import Gpm
+from exporter.fields.table import PROFILING_FIELDS
 from exporter.nvml.binding import GPU_GONE, PERMANENTLY_UNAVAILABLE, NVMLError, error_name
 from exporter.nvml.guarded_calls import GuardedNvml
 from exporter.nvml.helper import LiveGpu, PeriodicHelper
@@ -32,29 +34,13 @@ from exporter.snapshot import GpuSnapshot, ProfilingReadings
 
 log = logging.getLogger(__name__)
 
-MIB = 1 << 20
-PERCENT = 0.01
-# GPM metric id -> (ProfilingReadings field, factor from GPM's unit to dcgm-exporter's).
-METRICS: tuple[tuple[int, str, float], ...] = (
-    (pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL, "graphics_active", PERCENT),
-    (pynvml.NVML_GPM_METRIC_SM_UTIL, "sm_active", PERCENT),
-    (pynvml.NVML_GPM_METRIC_SM_OCCUPANCY, "sm_occupancy", PERCENT),
-    (pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL, "tensor_active", PERCENT),
-    # The per-pipe tensor metrics DCGM maps its PIPE_TENSOR_{HMMA,IMMA,DFMA}_ACTIVE fields to
-    # (docs/nvml.md, 'GPM').
-    (pynvml.NVML_GPM_METRIC_HMMA_TENSOR_UTIL, "tensor_hmma_active", PERCENT),
-    (pynvml.NVML_GPM_METRIC_IMMA_TENSOR_UTIL, "tensor_imma_active", PERCENT),
-    (pynvml.NVML_GPM_METRIC_DFMA_TENSOR_UTIL, "tensor_dfma_active", PERCENT),
-    (pynvml.NVML_GPM_METRIC_FP64_UTIL, "fp64_active", PERCENT),
-    (pynvml.NVML_GPM_METRIC_FP32_UTIL, "fp32_active", PERCENT),
-    (pynvml.NVML_GPM_METRIC_FP16_UTIL, "fp16_active", PERCENT),
-    (pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL, "dram_active", PERCENT),
-    (pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC, "pcie_tx_bytes", MIB),
-    (pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC, "pcie_rx_bytes", MIB),
-    (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, "nvlink_tx_bytes", MIB),
-    (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, "nvlink_rx_bytes", MIB),
+# (GPM metric id, ProfilingReadings field, factor from GPM's unit to dcgm-exporter's), from the
+# field table's GPM rows (docs/nvml.md, 'GPM').
+METRICS: tuple[tuple[int, str, float], ...] = tuple(
+    (row.source.metric_id, row.attribute, row.source.factor)
+    for row in PROFILING_FIELDS
+    if isinstance(row.source, Gpm) and row.attribute is not None
 )
-
 
 # A GPU to sample: the whole board, or each of its MIG GPU instances.
 GpmTarget = LiveGpu

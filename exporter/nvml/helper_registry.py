@@ -52,7 +52,12 @@ def build_helpers(inputs: HelperInputs) -> tuple[PollerHelper, ...]:
         None if next_scrape_in is None else helper_cadence(config.interval_seconds, next_scrape_in)
     )
     helpers: list[PollerHelper | None] = [
-        XidWatcher(inputs.source, inputs.tally, inputs.on_mig_change)
+        XidWatcher(
+            inputs.source,
+            inputs.tally,
+            inputs.on_mig_change,
+            window_ms=config.xid_count_window_ms,
+        )
         if config.xid_enabled
         else None,
         PcieSampler(nvml, config.pcie_interval_seconds) if config.pcie_enabled else None,

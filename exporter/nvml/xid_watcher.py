@@ -2,13 +2,15 @@
 
 There is no pollable "last XID" getter, so every event is tallied here as it arrives. Memory stays
 bounded in an XID storm: events are folded into per-code counters immediately, never queued, and
-the number of distinct codes kept per entity is capped.
+the number of distinct codes kept per entity is capped. With --xid-count-window-size in use, the
+events' times are kept too, for the window only and within event_windows.py's bound.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -20,6 +22,7 @@ from exporter.background import BackgroundThread
 from exporter.backoff import Backoff
 from exporter.nvml.binding import NVMLError, error_name
 from exporter.nvml.error_tally import ErrorTally
+from exporter.nvml.event_windows import EventWindow
 from exporter.nvml.helper import LiveGpu
 from exporter.nvml.source import NvmlSource
 from exporter.nvml.xid_log import XidLog
@@ -51,17 +54,27 @@ class _Tally:
         self.last_xid = xid
         self.sequence = sequence
 
-    def freeze(self) -> XidRecord:
-        return XidRecord(self.last_xid, self.sequence, tuple(sorted((self.counts or {}).items())))
+    def freeze(self, window_counts: tuple[tuple[int, int], ...] = ()) -> XidRecord:
+        counts = tuple(sorted((self.counts or {}).items()))
+        return XidRecord(self.last_xid, self.sequence, counts, window_counts)
+
+
+_EntityKey = tuple[str, int | None]
 
 
 class XidBook:
-    """XID state per GPU UUID and per (GPU UUID, GPU-instance id)."""
+    """XID state per GPU UUID and per (GPU UUID, GPU-instance id); with `window_ms`, also the
+    events of the last `window_ms` milliseconds on `clock`."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, window_ms: int | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._lock = threading.Lock()
         self._sequence = 0
-        self._entities: dict[tuple[str, int | None], _Tally] = {}
+        self._entities: dict[_EntityKey, _Tally] = {}
+        self._window: EventWindow[_EntityKey] | None = (
+            None if window_ms is None else EventWindow(window_ms, clock)
+        )
 
     def record(self, uuid: str, gpu_instance_id: int | None, xid: int) -> None:
         if not 0 <= xid < 1 << 32:
@@ -70,17 +83,24 @@ class XidBook:
             self._sequence += 1
             tally = self._entities.setdefault((uuid, gpu_instance_id), _Tally())
             tally.add(xid, self._sequence)
+            if self._window is not None:
+                # The code as tallied (999 past the cap), so the window's codes are the total's.
+                self._window.add((uuid, gpu_instance_id), tally.last_xid)
+
+    def _freeze(self, entity: _EntityKey, tally: _Tally) -> XidRecord:
+        window = () if self._window is None else self._window.counts(entity)
+        return tally.freeze(window)
 
     def gpu_record(self, uuid: str) -> XidRecord | None:
         with self._lock:
             tally = self._entities.get((uuid, None))
-            return None if tally is None else tally.freeze()
+            return None if tally is None else self._freeze((uuid, None), tally)
 
     def instance_records(self, uuid: str) -> tuple[tuple[int, XidRecord], ...]:
         with self._lock:
             return tuple(
                 sorted(
-                    (gi, tally.freeze())
+                    (gi, self._freeze((u, gi), tally))
                     for (u, gi), tally in self._entities.items()
                     if u == uuid and gi is not None
                 )
@@ -100,10 +120,12 @@ class XidWatcher(BackgroundThread):
         on_mig_change: Callable[[str], None],
         *,
         book: XidBook | None = None,
+        window_ms: int | None = None,
     ) -> None:
         super().__init__()
         self._api = source.api
-        self._book = book if book is not None else XidBook()
+        # `window_ms`: --xid-count-window-size, when DCGM_EXP_XID_ERRORS_COUNT is listed.
+        self._book = book if book is not None else XidBook(window_ms)
         self._tally = tally
         self._on_mig_change = on_mig_change
         self._wait_ms = source.xid_event_wait_ms

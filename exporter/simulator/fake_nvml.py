@@ -33,6 +33,7 @@ from exporter.simulator.nvml.api import Layer, build_api
 from exporter.simulator.nvml.core import NO_INSTANCE
 from exporter.simulator.nvml.devices import DeviceCalls
 from exporter.simulator.nvml.events import EventCalls
+from exporter.simulator.nvml.field_models import ModelledGetters
 from exporter.simulator.nvml.fields import FieldCalls
 from exporter.simulator.nvml.gpm import GpmCalls
 from exporter.simulator.nvml.mig import MigCalls
@@ -46,6 +47,7 @@ from exporter.simulator.workload import SHAPES
 class FakeNvml(
     DeviceCalls,
     SensorCalls,
+    ModelledGetters,
     ReliabilityCalls,
     FieldCalls,
     MigCalls,

@@ -1,4 +1,5 @@
-"""nvmlDeviceGetFieldValues: the board counters NVML serves by field id."""
+"""nvmlDeviceGetFieldValues: the board counters NVML serves by field id, answered from the field
+table's models (field_models.py) and, for board power and NVLink, here."""
 
 from __future__ import annotations
 
@@ -7,18 +8,12 @@ from typing import Any
 import pynvml
 
 from exporter.simulator.nvml.core import NvmlCore, nvml_call
-from exporter.simulator.nvml.reliability import ecc_count, remapped_rows
+from exporter.simulator.nvml.field_models import BY_FIELD_ID
 from exporter.simulator.sim_gpu import SimGpu, SimMigInstance
 
 # Board power fields (nvml.h): 185 the 1 s average, 186 the instantaneous draw.
 _FIELD_POWER_AVERAGE = getattr(pynvml, "NVML_FI_DEV_POWER_AVERAGE", 185)
 _FIELD_POWER_INSTANT = getattr(pynvml, "NVML_FI_DEV_POWER_INSTANT", 186)
-_FIELD_ECC = {
-    pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: "sbe_volatile",
-    pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: "dbe_volatile",
-    pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: "sbe_aggregate",
-    pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: "dbe_aggregate",
-}
 
 
 class Unsupported(Exception):
@@ -57,19 +52,9 @@ class FieldCalls(NvmlCore):
         return values
 
     def _field(self, gpu: SimGpu, field_id: int, scope: int, t: float) -> int:
-        if field_id in _FIELD_ECC:
-            try:
-                return ecc_count(gpu, _FIELD_ECC[field_id])
-            except pynvml.NVMLError_NotSupported:
-                raise Unsupported from None
-        if field_id == pynvml.NVML_FI_DEV_MEMORY_TEMP:
-            if not gpu.model.hbm:
-                raise Unsupported
-            return gpu.memory_temperature_c(t)
-        if field_id == pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION:
-            return gpu.energy_mj(t)
-        if field_id == pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER:
-            return gpu.pcie_replays
+        model = BY_FIELD_ID.get(field_id)
+        if model is not None:
+            return model(gpu, t)
         if field_id == _FIELD_POWER_INSTANT:
             return gpu.power_mw(t)
         if field_id == _FIELD_POWER_AVERAGE:
@@ -91,15 +76,4 @@ class FieldCalls(NvmlCore):
             return gpu.nvlink_kib(
                 t, scope, field_id == pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
             )
-        remap_fields = (
-            pynvml.NVML_FI_DEV_REMAPPED_COR,
-            pynvml.NVML_FI_DEV_REMAPPED_UNC,
-            pynvml.NVML_FI_DEV_REMAPPED_PENDING,
-            pynvml.NVML_FI_DEV_REMAPPED_FAILURE,
-        )
-        if field_id in remap_fields:
-            try:
-                return remapped_rows(gpu)[remap_fields.index(field_id)]
-            except pynvml.NVMLError_NotSupported:
-                raise Unsupported from None
         raise Unsupported

@@ -1,4 +1,5 @@
-"""What a board measures: temperature, utilization, memory, power, energy and clocks."""
+"""What a board measures: utilization, memory, power, energy and clocks, where one call answers
+several fields or is not a field of the table; the rest are field models (field_models.py)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,6 @@ from exporter.simulator.sim_gpu import SimGpu, SimMigInstance
 
 
 class SensorCalls(NvmlCore):
-    @nvml_call()
-    def nvmlDeviceGetTemperature(self, gpu: SimGpu, instance: None, sensor: int) -> int:
-        if sensor != pynvml.NVML_TEMPERATURE_GPU:
-            raise pynvml.NVMLError_InvalidArgument()
-        return gpu.temperature_c(self.now())
-
     @nvml_call()
     def nvmlDeviceGetUtilizationRates(self, gpu: SimGpu, instance: None) -> Any:
         if gpu.mig_enabled:
@@ -64,10 +59,6 @@ class SensorCalls(NvmlCore):
         return gpu.power_average_mw(t) if gpu.model.averaged_power else gpu.power_mw(t)
 
     @nvml_call()
-    def nvmlDeviceGetPowerManagementLimit(self, gpu: SimGpu, instance: None) -> int:
-        return gpu.power_limit_mw()
-
-    @nvml_call()
     def nvmlDeviceGetPowerManagementDefaultLimit(self, gpu: SimGpu, instance: None) -> int:
         return gpu.model.tdp_mw
 
@@ -79,10 +70,6 @@ class SensorCalls(NvmlCore):
         # answers its default limit for both.
         model = gpu.model
         return [model.power_limit_min_mw or model.tdp_mw, model.power_limit_max_mw or model.tdp_mw]
-
-    @nvml_call()
-    def nvmlDeviceGetEnforcedPowerLimit(self, gpu: SimGpu, instance: None) -> int:
-        return gpu.power_limit_mw()
 
     @nvml_call()
     def nvmlDeviceGetTotalEnergyConsumption(self, gpu: SimGpu, instance: None) -> int:

@@ -1,0 +1,133 @@
+"""The command line's field flags: --collectors (dcgm-exporter's CSV), the two count windows and
+--collector.field-interval, turned into the settings of CollectionConfig and Config.fields."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from exporter.durations import parse_duration
+from exporter.errors import ConfigurationError
+from exporter.fields.collectors_file import read_collectors_file
+from exporter.fields.dcgm_catalogue import is_dcgm_field
+from exporter.fields.model import Cadence, DcgmField, Gpm
+from exporter.fields.selection import FieldSelection
+from exporter.fields.table import (
+    BY_ANY_NAME,
+    CLOCK_EVENTS_COUNT,
+    CLOCK_EVENTS_TOTAL,
+    FIELDS,
+    XID_ERRORS_COUNT,
+)
+
+log = logging.getLogger(__name__)
+
+# dcgm-exporter's own variables for the flags it shares with us, so that its DaemonSet's settings
+# carry over; our KUBE_GPU_EXPORTER_* name wins where both are set.
+UPSTREAM_ENV = {
+    "--collectors": "DCGM_EXPORTER_COLLECTORS",
+    "--xid-count-window-size": "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE",
+    "--clock-events-count-window-size": "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE",
+}
+# dcgm-exporter's default for both count windows: 5 minutes.
+DEFAULT_COUNT_WINDOW_MS = 300_000
+# The widest --collector.field-interval, as for the other read intervals.
+MAX_FIELD_INTERVAL_SECONDS = 3600.0
+# Its --collector.field-interval is --collector.energy-read-interval: between reads the counter is
+# carried forward by board power, which no other field's interval does.
+(ENERGY_FIELD,) = (row.name for row in FIELDS if row.cadence is Cadence.ENERGY)
+
+
+def window_ms(text: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r} is not a whole number of milliseconds"
+        ) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be above 0 milliseconds")
+    return value
+
+
+def field_intervals(text: str) -> list[tuple[str, float]]:
+    """'NAME=SECONDS[,NAME=SECONDS...]' -> (the row's classic name, seconds) pairs."""
+    pairs: list[tuple[str, float]] = []
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        name, equals, value = (part.strip() for part in item.partition("="))
+        if not equals or not name:
+            raise argparse.ArgumentTypeError(f"{item.strip()[:80]!r} is not NAME=SECONDS")
+        row = BY_ANY_NAME.get(name)
+        if row is None:
+            if is_dcgm_field(name):
+                raise argparse.ArgumentTypeError(
+                    f"{name} is a DCGM field this exporter does not read"
+                )
+            raise argparse.ArgumentTypeError(f"{name[:80]!r} is not a DCGM field")
+        if not row.reader_reads:
+            raise argparse.ArgumentTypeError(f"{name} has no read interval: {cadence_of(row)}")
+        try:
+            seconds = parse_duration(value)
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"{name}: {exc}") from None
+        if not 0 <= seconds <= MAX_FIELD_INTERVAL_SECONDS:
+            raise argparse.ArgumentTypeError(
+                f"{name}: interval {value[:80]!r} is out of range "
+                f"(0s to {MAX_FIELD_INTERVAL_SECONDS:g}s)"
+            )
+        pairs.append((row.name, seconds))
+    if not pairs:
+        raise argparse.ArgumentTypeError("expected NAME=SECONDS, e.g. DCGM_FI_DEV_GPU_TEMP=30s")
+    return pairs
+
+
+def cadence_of(row: DcgmField) -> str:
+    """What governs when a field the device reader does not read is taken, for refusals."""
+    if isinstance(row.source, Gpm):
+        return "the GPM sampler takes it every --collector.interval (off: --no-collector.gpm)"
+    if row.cadence is Cadence.SAMPLER:
+        return "the PCIe sampler takes it every --collector.pcie-interval"
+    if row.cadence is Cadence.IDENTITY:
+        return "it is read with the GPU's identity, at start-up and when a GPU appears"
+    if row.name in (CLOCK_EVENTS_TOTAL, CLOCK_EVENTS_COUNT):
+        return "it is counted from DCGM_FI_DEV_CLOCK_THROTTLE_REASONS: set that field's interval"
+    return "it comes from NVML's XID events as they arrive (--collector.xid)"
+
+
+def read_collectors(path: str | None) -> FieldSelection | None:
+    """The --collectors file's selection; None without the flag. ConfigurationError (one line)
+    on a bad file."""
+    if path is None:
+        return None
+    if not path.strip():
+        raise ConfigurationError("argument --collectors: the path is empty")
+    return read_collectors_file(path)
+
+
+def selection_settings(
+    fields: FieldSelection | None, xid_window_ms: int, clock_events_window_ms: int
+) -> dict[str, Any]:
+    """What a --collectors file changes in CollectionConfig; nothing without one."""
+    if fields is None:
+        return {}
+    return {
+        # Off by default, so the reader reads them only because the file lists them.
+        "extra_fields": frozenset(f.row.name for f in fields.listed if not f.row.default),
+        "xid_count_window_ms": xid_window_ms if fields.lists(XID_ERRORS_COUNT) else None,
+        "clock_events_count_window_ms": (
+            clock_events_window_ms if fields.lists(CLOCK_EVENTS_COUNT) else None
+        ),
+    }
+
+
+def log_selection(fields: FieldSelection | None) -> None:
+    """Name each field the file lists that is not exported, once, at start-up."""
+    if fields is None:
+        return
+    for field in fields.unsupported:
+        log.warning("%s: %s is not exported: %s", fields.path, field.name, field.reason)
+    if not fields.listed:
+        log.warning("%s lists no field this exporter exports: no DCGM series", fields.path)
