@@ -16,7 +16,7 @@ import pytest
 
 from exporter import small_yaml
 from tests.conftest import REPO
-from tests.test_cli import assert_one_error_line, cli  # noqa: F401 (the fixture)
+from tests.test_cli import assert_one_error_line
 
 FLAGS = {"--simulate": "fleet file", "--web.config.file": "web config"}
 # Enough for the exporter to start and fail cleanly; an unbounded read of /dev/zero hits it
@@ -39,7 +39,7 @@ def special_files(tmp_path: Path) -> list[tuple[Path, str]]:
 
 
 @pytest.mark.parametrize("flag", FLAGS)
-def test_special_files_are_refused_in_one_line(cli, tmp_path, flag):  # noqa: F811
+def test_special_files_are_refused_in_one_line(cli, tmp_path, flag):
     # A fleet file that always fails: were the check to regress, main() must still return at
     # once rather than run the exporter in this process.
     bad_fleet = tmp_path / "bad-fleet.yaml"
@@ -114,7 +114,7 @@ def test_a_regular_file_behind_a_symlink_is_still_read(tmp_path):
         small_yaml.read_text(tmp_path / "to-null", 1 << 20)
 
 
-def test_duplicate_keys_are_refused_in_the_web_config_too(cli, tmp_path):  # noqa: F811
+def test_duplicate_keys_are_refused_in_the_web_config_too(cli, tmp_path):
     # YAML keeps the last of two keys silently: a second, forgotten `basic_auth_users` would
     # replace the first list of users.
     web = tmp_path / "web.yml"
@@ -130,7 +130,7 @@ def test_duplicate_keys_are_refused_in_the_web_config_too(cli, tmp_path):  # noq
     )
 
 
-def test_a_certificate_file_that_is_a_fifo_is_refused_in_one_line(cli, tmp_path):  # noqa: F811
+def test_a_certificate_file_that_is_a_fifo_is_refused_in_one_line(cli, tmp_path):
     # The TLS files are read by the web config's own checks, bounded and regular files only; a
     # FIFO used to be reported as missing, and a huge file was read whole.
     fifo = tmp_path / "tls.crt"
