@@ -153,13 +153,26 @@ def test_device_history_windows_agree_with_the_raw_samples(cluster):
         # 899 s: Prometheus 2 ranges include their left end, which would be the evaluation
         # before the three windows.
         recorded = _by_labels(api.query(f"{fn}({rule.record}[899s])", at))
-        raw = _by_labels(api.query(rule.expr.replace("[5m]", "[899s]"), at))
+        over_three = rule.expr.replace("[5m]", "[899s]")
+        raw = _by_labels(api.query(over_three, at))
         assert len(recorded) > 20
+        if fn == "max_over_time":
+            _assert_same(recorded, raw, rule.record)
+            continue
         # A window's range includes its left end, so where a node's samples fall exactly on the
         # evaluation instants (the backfill starts on a block boundary of the wall clock), one
-        # sample sits in two windows: it moves a mean of thirty by a fraction of a percent, and
-        # a max not at all. A window that missed its samples would be far off either way.
-        _assert_same(recorded, raw, rule.record, 5e-3 if fn == "avg_over_time" else 1e-9)
+        # sample sits in two windows. It moves that window's mean of 20 samples (5 m at 15 s)
+        # by at most the samples' spread over 20, and a max not at all; a window that missed
+        # its samples would be off by far more.
+        spread = [
+            _by_labels(api.query(over_three.replace("avg_over_time", bound), at))
+            for bound in ("max_over_time", "min_over_time")
+        ]
+        assert recorded.keys() == raw.keys() == spread[0].keys()
+        for labels, value in recorded.items():
+            slack = max(5e-3 * abs(raw[labels]), (spread[0][labels] - spread[1][labels]) / 20)
+            expected = raw[labels]
+            assert abs(value - expected) <= slack + 1e-9, (rule.record, labels, value, expected)
 
 
 def test_every_dashboard_query_has_data(cluster):
