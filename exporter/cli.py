@@ -210,7 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="Read one field at most this often instead of on its class's interval (e.g. "
         "DCGM_FI_DEV_GPU_TEMP=30s; 0s: every sweep); repeatable or comma-separated. NAME is a "
         "field's classic or 4.9 name; DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION's sets "
-        "--collector.energy-read-interval. Sampled, event and identity fields have none.",
+        "--collector.energy-read-interval. Sampled, event and identity fields, and the clock "
+        "event reasons the clock-event counts sample, have none.",
     )
     add(
         "--collector.xid",

@@ -291,6 +291,8 @@ def test_the_energy_fields_interval_is_the_energy_read_interval(name):
         ("DCGM_FI_DEV_PCIE_TX_THROUGHPUT=1s", "--collector.pcie-interval"),
         ("DCGM_FI_DEV_XID_ERRORS=1s", "--collector.xid"),
         ("DCGM_EXP_CLOCK_EVENTS_TOTAL=1s", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
+        ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS=30s", "the clock-event counts sample it"),
+        ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS=30s", "read every sweep"),
         ("DCGM_FI_DRIVER_VERSION=1s", "identity"),
         ("DCGM_FI_DEV_VGPU_LICENSE_STATUS=1s", "identity"),
         ("DCGM_FI_DEV_GPU_TEMP=-1", "out of range (0s to 3600s)"),

@@ -14,13 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.dcgm_compat import PROFILES, RENAMES_4_9
-from exporter.fields.model import DcgmField, Getter
+from exporter.fields.model import DcgmField
 from exporter.fields.table import (
     DCGM_4_7_DOCS,
     DCGM_ALIAS,
     FIELDS,
     GO_DCGM_FIELD,
-    MEMORY,
     NVLINK_BANDWIDTH_KIND,
 )
 
@@ -65,15 +64,6 @@ def _kind(row: DcgmField) -> str:
     return nvlink_kind() if row.kind == NVLINK_BANDWIDTH_KIND else row.kind
 
 
-def _source(row: DcgmField) -> str:
-    source = row.source
-    # The memory getter names one function twice (nvmlMemory_v2 first, then v1), which
-    # describe() would print twice; the table words it once.
-    if isinstance(source, Getter) and source.key == "memory":
-        return MEMORY
-    return source.describe()
-
-
 def _unit(unit: str) -> str:
     return unit or "-"
 
@@ -88,7 +78,7 @@ def fields_table() -> str:
         cells = (
             _code(row.name),
             str(row.field_id) if row.field_id else "-",
-            _source(row),
+            row.source.describe(),
             _unit(row.unit),
             _unit(row.native_unit),
             _kind(row),

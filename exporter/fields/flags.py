@@ -22,6 +22,9 @@ from exporter.fields.table import (
 )
 
 log = logging.getLogger(__name__)
+# DCGM_EXP_CLOCK_EVENTS_TOTAL and _COUNT count this field's value once per sweep: read less often,
+# a held mask would be counted again and again.
+CLOCK_EVENT_REASONS = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
 
 # dcgm-exporter's own variables for the flags it shares with us, so that its DaemonSet's settings
 # carry over; our KUBE_GPU_EXPORTER_* name wins where both are set.
@@ -67,7 +70,7 @@ def field_intervals(text: str) -> list[tuple[str, float]]:
                     f"{name} is a DCGM field this exporter does not read"
                 )
             raise argparse.ArgumentTypeError(f"{name[:80]!r} is not a DCGM field")
-        if not row.reader_reads:
+        if not row.reader_reads or row.name == CLOCK_EVENT_REASONS:
             raise argparse.ArgumentTypeError(f"{name} has no read interval: {cadence_of(row)}")
         try:
             seconds = parse_duration(value)
@@ -93,7 +96,9 @@ def cadence_of(row: DcgmField) -> str:
     if row.cadence is Cadence.IDENTITY:
         return "it is read with the GPU's identity, at start-up and when a GPU appears"
     if row.name in (CLOCK_EVENTS_TOTAL, CLOCK_EVENTS_COUNT):
-        return "it is counted from DCGM_FI_DEV_CLOCK_THROTTLE_REASONS: set that field's interval"
+        return f"it counts the sweeps' {CLOCK_EVENT_REASONS}, which is read every sweep"
+    if row.name == CLOCK_EVENT_REASONS:
+        return "the clock-event counts sample it once a sweep, so it is read every sweep"
     return "it comes from NVML's XID events as they arrive (--collector.xid)"
 
 

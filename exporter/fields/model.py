@@ -54,9 +54,12 @@ class Getter:
     pick: Callable[[Any], int | float | None] | None = None
     # NOT_SUPPORTED on a MIG-enabled parent by NVML's documentation: not asked there.
     whole_gpu_only: bool = False
+    # For the docs, where one function is tried in two versions (nvmlMemory_v2, then v1).
+    note: str = ""
 
     def describe(self) -> str:
-        return " else ".join(f"`{f}`" for f in self.functions)
+        names = " else ".join(f"`{f}`" for f in dict.fromkeys(self.functions))
+        return f"{names} ({self.note})" if self.note else names
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,6 +57,7 @@ def _memory(attribute: str) -> Getter:
         kwargs=(("version", pynvml.nvmlMemory_v2),),
         pick=lambda mem: getattr(view(mem), attribute, None),
         whole_gpu_only=True,
+        note="v2, else v1",
     )
 
 
@@ -72,7 +73,6 @@ BOARD_POWER = Computed(
     "field values `NVML_FI_DEV_POWER_AVERAGE` (185), else `NVML_FI_DEV_POWER_INSTANT` (186), "
     "else `nvmlDeviceGetPowerUsage`"
 )
-MEMORY = "`nvmlDeviceGetMemoryInfo` (v2, else v1)"
 
 
 def _gpu(
