@@ -119,57 +119,67 @@ class DcgmFamilies:
                 yield counter.name, counter.name
 
 
-def resolve(row: DcgmField, profile: Profile, listed: ListedField | None = None) -> DcgmFamily:
-    """The family a row becomes: spelt by the profile, or, when a --collectors file lists it, by
-    the file (its name, type and HELP; a 4.9 name brings the 4.9 unit)."""
+@dataclass(frozen=True, slots=True)
+class _Spelt:
+    name: str
+    kind: str
+    unit: str
+    help: str
+
+
+def _spelt(row: DcgmField, profile: Profile, listed: ListedField | None) -> _Spelt:
+    """A row's name, type, unit and HELP: the --collectors file's line where it lists the row
+    (a 4.9 name bringing the 4.9 unit), else the profile's spelling."""
+    if listed is not None:
+        return _Spelt(listed.name, listed.kind, listed.unit, listed.help)
     kind = profile.nvlink_bandwidth_kind if row.kind == NVLINK_BANDWIDTH_KIND else row.kind
     spelling = profile.spelling(row.name)
-    name, unit, help_text = (
-        (row.name, row.unit, row.help)
-        if spelling is None
-        else (spelling.name, spelling.unit, spelling.help)
-    )
-    if listed is not None:
-        name, kind, help_text = listed.name, listed.kind, listed.help
-        base = listed.base_units and row.spelling_4_9 is not None
-        unit = row.spelling_4_9.unit if base and row.spelling_4_9 else row.unit
+    if spelling is None:
+        return _Spelt(row.name, kind, row.unit, row.help)
+    return _Spelt(spelling.name, kind, spelling.unit, spelling.help)
+
+
+def _selected(
+    rows: tuple[DcgmField, ...], selection: FieldSelection | None
+) -> Iterator[tuple[DcgmField, ListedField | None]]:
+    """The rows written, in the table's order, each with its line of the --collectors file:
+    the default rows without a file, exactly the listed ones with one."""
+    for row in rows:
+        if selection is None:
+            if row.default:
+                yield row, None
+        elif (listed := selection.get(row.name)) is not None:
+            yield row, listed
+
+
+def resolve(row: DcgmField, profile: Profile, listed: ListedField | None = None) -> DcgmFamily:
+    """The family a row becomes, spelt by the profile or by the --collectors file's line."""
+    spelt = _spelt(row, profile, listed)
     return DcgmFamily(
-        name=name,
-        kind=kind,
-        help=help_text,
-        unit=unit,
+        name=spelt.name,
+        kind=spelt.kind,
+        help=spelt.help,
+        unit=spelt.unit,
         classic=row.name,
         reading=reading_of(row),
-        convert=converter(row.native_unit, unit),
-        double=unit in DOUBLE_UNITS,
+        convert=converter(row.native_unit, spelt.unit),
+        double=spelt.unit in DOUBLE_UNITS,
     )
 
 
 def _resolve_rows(
     rows: tuple[DcgmField, ...], profile: Profile, selection: FieldSelection | None
 ) -> tuple[DcgmFamily, ...]:
-    if selection is None:
-        return tuple(resolve(row, profile) for row in rows if row.default)
-    return tuple(
-        resolve(row, profile, listed)
-        for row in rows
-        if (listed := selection.get(row.name)) is not None
-    )
+    return tuple(resolve(row, profile, listed) for row, listed in _selected(rows, selection))
 
 
 def _event_family(
     classic: str, profile: Profile, selection: FieldSelection | None
 ) -> MetricFamily | None:
-    row = BY_NAME[classic]
-    if selection is None:
-        if not row.default:
-            return None
-        spelling = profile.spelling(classic)
-        if spelling is None:
-            return MetricFamily(row.name, row.kind, row.help)
-        return MetricFamily(spelling.name, row.kind, spelling.help)
-    listed = selection.get(classic)
-    return None if listed is None else MetricFamily(listed.name, listed.kind, listed.help)
+    for row, listed in _selected((BY_NAME[classic],), selection):
+        spelt = _spelt(row, profile, listed)
+        return MetricFamily(spelt.name, spelt.kind, spelt.help)
+    return None
 
 
 @cache

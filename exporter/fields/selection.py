@@ -27,6 +27,12 @@ class ListedField:
         spelling = self.row.spelling_4_9
         return spelling is not None and spelling.name == self.name != self.row.name
 
+    @property
+    def unit(self) -> str:
+        """The unit the family is published in: the 4.9 spelling's for a 4.9 name."""
+        spelling = self.row.spelling_4_9
+        return spelling.unit if spelling is not None and self.base_units else self.row.unit
+
 
 @dataclass(frozen=True, slots=True)
 class UnsupportedField:

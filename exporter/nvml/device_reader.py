@@ -243,7 +243,8 @@ class DeviceReader:
             for row in self._rows
             if isinstance(row.source, Getter)
         )
-        self._has_extra = any(row.attribute is None for row in self._rows)
+        # Rows without a GpuReadings attribute: their values go to GpuReadings.extra by name.
+        self._extra_keys = frozenset(row.name for row in self._rows if row.attribute is None)
         self._batched = {
             row.source.nvml_field_id: (_key(row), self._group[row.name])
             for row in self._rows
@@ -346,14 +347,10 @@ class DeviceReader:
             values[ENERGY_ATTRIBUTE] = self._energy.update(uuid, values.get("power_mw"), counter_mj)
         with self._plans_lock:
             values["vgpu_license_status"] = self._licence.get(uuid)
-        if not self._has_extra:
-            return GpuReadings(**{k: v for k, v in values.items() if v is not None})
-        extra = tuple(
-            sorted((k, v) for k, v in values.items() if k.startswith("DCGM_") and v is not None)
-        )
+        extra = {k: values.pop(k) for k in self._extra_keys & values.keys()}
         return GpuReadings(
-            **{k: v for k, v in values.items() if v is not None and not k.startswith("DCGM_")},
-            extra=extra,
+            **{k: v for k, v in values.items() if v is not None},
+            extra=tuple(sorted((k, v) for k, v in extra.items() if v is not None)),
         )
 
     def _vgpu_licence(self, uuid: str, handle: Any) -> int | None:
