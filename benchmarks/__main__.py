@@ -10,7 +10,8 @@ real H200 run, then both exporters at once at a 1 s and a 5 s poll, on live and 
 simulated NVML, then the profile of where the exporter's own time and memory go),
 and the rest for the 1,000-node backfill and its queries. The exporter side ends with two
 in-process figures: a process accounting round, and the per-sweep cost of splitting each GPU's
-energy among its pods (benchmarks/pod_energy.py). `--quick` runs the default fleet, short
+energy among its pods (benchmarks/pod_energy.py), then the peak memory of a 15.5 MiB pods LIST
+(benchmarks/pod_list_memory.py). `--quick` runs the default fleet, short
 overhead windows and a 50-node cluster for a smoke test.
 """
 
@@ -32,6 +33,7 @@ from benchmarks import (
     overhead,
     overhead_profile,
     pod_energy,
+    pod_list_memory,
     process_accounting,
     prometheus_report,
     prometheus_side,
@@ -104,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         sections += ["", "### Process accounting", "", process_accounting.summary() + ".", ""]
         progress("energy per pod")
         sections += ["### Energy per pod", "", pod_energy.summary() + ".", ""]
+        progress("a large pods LIST")
+        sections += ["### A large pods LIST", "", pod_list_memory.summary() + ".", ""]
     if args.part in ("all", "overhead"):
         overhead_settings = overhead.Settings()
         if args.quick:

@@ -6,7 +6,8 @@ bundle/deploy_manifests.py cannot drift apart:
 
     Chart.yaml                    name, version and appVersion (the exporter's version)
     values.yaml                   every default, with the comments the values tables are made of
-    values.schema.json            the type of every value, which Helm enforces at install time
+    values.schema.json            the type and form of every value (names, tags, labels, the
+                                  exporter flags extraArgs takes), enforced by `helm install`
     templates/_generated.tpl      what is not a value: the fixed environment, the pod-resources
                                   mount, the enrichment ClusterRole's rules, process accounting's
                                   volume, the bundle's relabelings, the profiles the chart carries
@@ -28,7 +29,7 @@ import json
 import re
 import sys
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from bundle.config import BundleConfig
 from bundle.scrape_configs import _operator_relabelings
 from bundle.yaml_output import HEADER, dump
 from exporter import __version__
-from exporter.cli import DRIVER_LABELS
+from exporter.cli import DRIVER_LABELS, ENV_PREFIX, build_parser, env_name
 from exporter.dcgm_compat import DEFAULT_VERSION, DcgmVersion
 
 CHART = "kube-gpu-exporter"
@@ -78,15 +79,92 @@ class Value:
     note: str = ""
 
 
-STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
+# ---- what Kubernetes and image registries accept, as the schema's patterns ----
+#
+# The templates quote every value they splice, so a value cannot add a key to an object however
+# it is written; these patterns refuse at `helm install` what the API server or the kubelet would
+# refuse later, one object or one pull at a time. Helm checks them with Go's RE2 and editors with
+# ECMA-262 regexes: only syntax both read (\xNN escapes, no \p{..}, no lookaround), and `$`, which
+# in both matches at the very end only, never before a final newline.
+
+# C0 and C1 control characters, DEL, and the Unicode line and paragraph separators, which YAML 1.1
+# readers (PyYAML among them) take for line breaks. The last two are the characters themselves:
+# RE2 and ECMA-262 spell an escape for them differently.
+NO_CONTROL = r"[^\x00-\x1f\x7f-\x9f" + "\u2028\u2029]"
+# RFC 1123 labels: namespaces, and the objects' names the chart builds (it cuts them at 63).
+DNS_LABEL = "[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"
+# RFC 1035 labels: Service names, which must also begin with a letter.
+DNS_1035_LABEL = "[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
+# RFC 1123 subdomains: the names of Secrets, ServiceAccounts, PriorityClasses and RuntimeClasses;
+# at most 253 characters, which maxLength says.
+DNS_SUBDOMAIN = rf"{DNS_LABEL}(?:\.{DNS_LABEL})*"
+# A label value, and the name part of a label or annotation key.
+QUALIFIED_NAME = "[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+# A label or annotation key: an optional DNS-subdomain prefix and a slash, then the name; the
+# pattern holds the name to 63 characters, maxLength the prefix to about 253.
+LABEL_KEY = f"(?:{DNS_SUBDOMAIN}/)?{QUALIFIED_NAME}"
+KEY_LENGTH = 253 + 1 + 63
+# The reference grammar of distribution/reference without tag or digest (the chart appends the
+# tag): an optional registry host[:port]/, then lowercase path components.
+_PATH_COMPONENT = "[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_HOST_COMPONENT = "(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+IMAGE_REPOSITORY = (
+    rf"(?:{_HOST_COMPONENT}(?:\.{_HOST_COMPONENT})*(?::[0-9]+)?/)?"
+    f"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+)
+# Docker's tag grammar.
+IMAGE_TAG = "[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+# Kubernetes' quantity grammar (resource.Quantity): 20m, 1.5Gi, 1e3; a number, then a binary
+# suffix, a decimal one or an exponent.
+_NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+QUANTITY_TEXT = rf"{_NUMBER}(?:[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?"
+# A key of a Secret's data.
+SECRET_DATA_KEY = "[-._a-zA-Z0-9]+"
+# An environment variable's name as Kubernetes takes it since 1.34 (and earlier with the
+# RelaxedEnvironmentVariableValidation gate): printable ASCII but `=`; a space is printable but
+# no shell could name it.
+ENV_NAME = "[!-<>-~]+"
+
+
+def _matching(pattern: str, *, empty: bool = False, max_length: int = 0) -> dict[str, Any]:
+    """A string schema for `pattern`, whole; `empty`: the empty string too (the value's default,
+    where empty means "the chart decides")."""
+    body = f"(?:{pattern})?" if empty else f"(?:{pattern})"
+    found: dict[str, Any] = {"type": "string", "pattern": f"^{body}$"}
+    if max_length:
+        found["maxLength"] = max_length
+    return found
+
+
+TEXT = _matching(f"{NO_CONTROL}*")
+
+
+def _keyed(value: Mapping[str, Any]) -> dict[str, Any]:
+    """A map of label or annotation keys to `value`. The key's form is a patternProperties
+    pattern, not propertyNames, because Helm's message for an unknown property names both the map
+    and the key, and for a propertyNames failure neither the map nor where it is."""
+    return {
+        "type": "object",
+        "patternProperties": {f"^(?:{LABEL_KEY})$": value},
+        "additionalProperties": False,
+        "propertyNames": {"maxLength": KEY_LENGTH},
+    }
+
+
+LABELS = _keyed(_matching(QUALIFIED_NAME, empty=True))
+ANNOTATIONS = _keyed(TEXT)
 OBJECTS = {"type": "array", "items": {"type": "object"}}
 DURATION = {"type": "string", "pattern": "^([0-9]+(ms|s|m|h))+$"}
-QUANTITY = {"anyOf": [{"type": "string"}, {"type": "number"}]}
+QUANTITY = {"anyOf": [_matching(QUANTITY_TEXT), {"type": "number"}]}
+SECRET_NAME = _matching(DNS_SUBDOMAIN, empty=True, max_length=253)
 # prometheus-operator's SecretKeySelector, as basicAuth's username and password take it.
 SECRET_KEY = {
     "type": "object",
     "required": ["name", "key"],
-    "properties": {"name": {"type": "string"}, "key": {"type": "string"}},
+    "properties": {
+        "name": _matching(DNS_SUBDOMAIN, max_length=253),
+        "key": _matching(SECRET_DATA_KEY, max_length=253),
+    },
 }
 BASIC_AUTH = {
     "type": "object",
@@ -109,6 +187,149 @@ WEB_CONFIG = {
 }
 
 
+# ---- extraArgs: the exporter's own flags, read off its parser ----
+
+# Flags extraArgs does not take. Each is set by a chart value together with what it needs (the
+# port the Service and the probes use, a mounted file, RBAC, hostPID), points at a path or a name
+# the chart's own mounts and environment decide, or keeps the exporter from serving this node's
+# GPUs: given by hand, each would leave the pods restarting or the chart's objects disagreeing with
+# the exporter. Keyed by the option's first long form; its `--no-` form and short alias go too.
+# A subcommand (`hash-password`) is no option at all, and begins with no `--`.
+NOT_IN_EXTRA_ARGS: dict[str, str] = {
+    "--help": "prints the usage and exits, so every pod restarts for ever",
+    "--version": "prints the version and exits, so every pod restarts for ever",
+    "--simulate": "serves a simulated node's made-up GPUs instead of the node's own",
+    "--web.listen-address": "`port` sets it, and the container port, the Service and the probes",
+    "--web.telemetry-path": "the ServiceMonitor, the PodMonitor and the notes use /metrics",
+    "--web.config.file": "`webConfig` sets it and mounts the file",
+    "--compat.dcgm-exporter": "`compat.dcgmExporter` sets it, and picks the rules' and the "
+    "dashboards' flavour with it",
+    "--driver-version-label": "`compat.driverVersionLabel` sets it",
+    "--node-name": "the chart sets NODE_NAME to each pod's own node: one name would label every "
+    "node's GPUs alike",
+    "--kubernetes": "`kubernetesEnrichment.enabled` sets it, with the token and the ClusterRole it "
+    "needs",
+    "--kubernetes.kubeconfig": "names a file the chart does not mount: enrichment uses the pod's "
+    "token",
+    "--kubernetes.pod-label-allowlist": "`kubernetesEnrichment.podLabelAllowlist` sets it",
+    "--kubernetes.resource-slices": "`kubernetesEnrichment.resourceSlices` sets it, with the grant "
+    "it needs",
+    "--collector.processes": "`processAccounting.enabled` sets it, with hostPID and the host's "
+    "/var/log",
+    "--processes.proc-root": "with hostPID the pod's /proc is the host's, where the default looks",
+    "--processes.log-root": "`processAccounting.enabled` mounts the host's /var/log where the "
+    "default looks",
+    "--podresources.socket": "the chart mounts the kubelet's pod-resources directory where the "
+    "default looks",
+    "--collectors": "names a file the chart does not mount (a ConfigMap of collectors comes later)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ExtraArgs:
+    """The flags extraArgs takes, as the exporter's parser declares them: `switches` alone
+    (`--collector.pcie`, `--no-collector.pcie`), `free` as `--flag=value` with any value the
+    exporter then checks, and `choices` as `--flag=` one of the values argparse allows."""
+
+    switches: tuple[str, ...]
+    free: tuple[str, ...]
+    choices: tuple[tuple[str, tuple[str, ...]], ...]
+
+    def flags(self) -> tuple[str, ...]:
+        return (*self.switches, *self.free, *(flag for flag, _ in self.choices))
+
+
+def extra_args(
+    parser: argparse.ArgumentParser | None = None,
+    excluded: Mapping[str, str] = NOT_IN_EXTRA_ARGS,
+) -> ExtraArgs:
+    """The flags of `parser` (the exporter's) that extraArgs takes: every long option but the
+    `excluded` ones. A flag with another arity (several values, or an optional one) stops the
+    generator, so that someone decides how extraArgs should take it."""
+    parser = build_parser() if parser is None else parser
+    switches: list[str] = []
+    free: list[str] = []
+    choices: list[tuple[str, tuple[str, ...]]] = []
+    seen: set[str] = set()
+    for action in parser._actions:
+        longs = [option for option in action.option_strings if option.startswith("--")]
+        if not longs:
+            continue
+        seen.add(longs[0])
+        if longs[0] in excluded:
+            continue
+        if action.nargs == 0:
+            switches += longs
+        elif action.nargs is None and action.choices is not None:
+            allowed = tuple(str(choice) for choice in action.choices)
+            choices += [(flag, allowed) for flag in longs]
+        elif action.nargs is None:
+            free += longs
+        else:
+            raise ValueError(
+                f"{longs[0]} takes nargs={action.nargs!r}, which one extraArgs item cannot hold: "
+                "give it a form in bundle/helm_chart.py or leave it out (NOT_IN_EXTRA_ARGS)"
+            )
+    if stale := sorted(set(excluded) - seen):
+        raise ValueError(f"NOT_IN_EXTRA_ARGS names flags the exporter does not have: {stale}")
+    return ExtraArgs(tuple(switches), tuple(free), tuple(choices))
+
+
+def _literal(text: str) -> str:
+    """`text` as a regex matching itself, in syntax RE2 and ECMA-262 both read: re.escape also
+    escapes `-` and `=`, which ECMA-262's unicode mode refuses outside a class."""
+    return re.sub(r"([\\^$.|?*+()\[\]{}/])", r"\\\1", text)
+
+
+def _any_of(words: Iterable[str]) -> str:
+    return "|".join(_literal(word) for word in words)
+
+
+def extra_args_schema(found: ExtraArgs) -> dict[str, Any]:
+    """One item, one argument: a switch alone, or `--flag=value` with a value of no control
+    character (a newline in it is still one argument, but no flag wants one), or one of the
+    values the flag chooses from."""
+    forms: list[dict[str, Any]] = [{"enum": list(found.switches)}]
+    if found.free:
+        forms.append({"pattern": f"^(?:{_any_of(found.free)})={NO_CONTROL}*$"})
+    if found.choices:
+        chosen = "|".join(
+            f"{_literal(flag)}=(?:{_any_of(allowed)})" for flag, allowed in found.choices
+        )
+        forms.append({"pattern": f"^(?:{chosen})$"})
+    excluded = ", ".join(NOT_IN_EXTRA_ARGS)
+    return {
+        "$comment": "Generated from exporter/cli.py's build_parser() by bundle/helm_chart.py "
+        f"(extra_args); left out, as chart values or mounts decide them: {excluded}.",
+        "type": "array",
+        "items": {"type": "string", "anyOf": forms},
+    }
+
+
+def extra_env_schema(found: ExtraArgs) -> dict[str, Any]:
+    """An EnvVar; one named `KUBE_GPU_EXPORTER_<FLAG>` sets a flag, so it must be a flag's that
+    extraArgs takes: a misspelt one would be ignored without a word, and an excluded one would
+    undo what the chart set."""
+    known = sorted({env_name(flag) for flag in found.flags() if not flag.startswith("--no-")})
+    return {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "required": ["name"],
+            "additionalProperties": False,
+            "properties": {
+                "name": {
+                    "type": "string",
+                    "pattern": f"^{ENV_NAME}$",
+                    "anyOf": [{"not": {"pattern": f"^{ENV_PREFIX}"}}, {"enum": known}],
+                },
+                "value": {"type": "string"},
+                "valueFrom": {"type": "object"},
+            },
+        },
+    }
+
+
 def _monitor(kind: str, what: str, config: BundleConfig) -> tuple[Value, ...]:
     s = config.scrape
     return (
@@ -118,7 +339,7 @@ def _monitor(kind: str, what: str, config: BundleConfig) -> tuple[Value, ...]:
             "Labels on it that Prometheus selects it by: kube-prometheus-stack selects "
             "`release: <its release name>`.",
             {"release": s.release_label},
-            schema=STRINGS,
+            schema=LABELS,
         ),
         Value("interval", "How often Prometheus scrapes each pod.", s.interval, schema=DURATION),
         Value("scrapeTimeout", "Scrape timeout.", s.timeout, schema=DURATION),
@@ -172,6 +393,7 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
     pod = ds["spec"]["template"]["spec"]
     [container] = pod["containers"]
     versions = [v.value for v in DcgmVersion]
+    flags = extra_args()
     return (
         Value(
             "image",
@@ -182,11 +404,13 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
                     "repository",
                     "Repository, with your registry in front: `<registry>/kube-gpu-exporter`.",
                     d.image,
+                    schema=_matching(IMAGE_REPOSITORY, max_length=255),
                 ),
                 Value(
                     "tag",
                     "Tag; empty: the chart's appVersion, the exporter's version.",
                     "" if d.tag == __version__ else d.tag,
+                    schema=_matching(IMAGE_TAG, empty=True),
                 ),
                 Value(
                     "pullPolicy",
@@ -205,16 +429,25 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
                 "items": {
                     "type": "object",
                     "required": ["name"],
-                    "properties": {"name": {"type": "string"}},
+                    "additionalProperties": False,
+                    "properties": {"name": _matching(DNS_SUBDOMAIN, max_length=253)},
                 },
             },
         ),
-        Value("nameOverride", "Replaces the chart's name in object names and labels.", ""),
+        Value(
+            "nameOverride",
+            "Replaces the chart's name in object names and labels.",
+            "",
+            # The objects' names end in it, and the name label holds it.
+            schema=_matching(DNS_LABEL, empty=True),
+        ),
         Value(
             "fullnameOverride",
             "Replaces the objects' name, which is the release name followed by the chart's "
             "unless the release name holds it.",
             "",
+            # It names the Service too, whose name must begin with a letter.
+            schema=_matching(DNS_1035_LABEL, empty=True),
         ),
         Value(
             "serviceAccount",
@@ -225,8 +458,9 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
                     "name",
                     "Its name; empty: the objects' name (or `default` without `create`).",
                     "",
+                    schema=SECRET_NAME,
                 ),
-                Value("annotations", "Annotations on it.", {}, schema=STRINGS),
+                Value("annotations", "Annotations on it.", {}, schema=ANNOTATIONS),
             ),
         ),
         Value(
@@ -256,7 +490,7 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
             "Nodes to run on: the GPU Operator's label of every NVIDIA GPU node, DRA-only nodes "
             "included (docs/dra.md, 'Deploying on DRA nodes').",
             pod["nodeSelector"],
-            schema=STRINGS,
+            schema=LABELS,
         ),
         Value(
             "tolerations",
@@ -269,12 +503,14 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
             "priorityClassName",
             "Full GPU nodes still schedule the exporter, and evict it last. Empty: none.",
             pod["priorityClassName"],
+            schema=SECRET_NAME,
         ),
         Value(
             "runtimeClassName",
             f"`{d.runtime_class}` where the NVIDIA runtime is not containerd's default; empty: "
             "the node's default runtime.",
             "",
+            schema=SECRET_NAME,
         ),
         Value(
             "updateStrategy",
@@ -288,8 +524,8 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
                 },
             },
         ),
-        Value("podAnnotations", "Annotations on the pods.", {}, schema=STRINGS),
-        Value("podLabels", "More labels on the pods.", {}, schema=STRINGS),
+        Value("podAnnotations", "Annotations on the pods.", {}, schema=ANNOTATIONS),
+        Value("podLabels", "More labels on the pods.", {}, schema=LABELS),
         Value(
             "terminationGracePeriodSeconds",
             "The exporter exits within 5 s of SIGTERM.",
@@ -321,15 +557,17 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
         ),
         Value(
             "extraArgs",
-            "More exporter flags, after the chart's (docs/configuration.md).",
+            "More exporter flags, after the chart's (docs/configuration.md): `--flag=value` or "
+            "a switch alone, one per item; the schema takes the exporter's flags only, less "
+            "those a value sets (docs/helm.md).",
             [],
-            schema={"type": "array", "items": {"type": "string", "pattern": "^--"}},
+            schema=extra_args_schema(flags),
         ),
         Value(
             "extraEnv",
-            "More environment variables; `KUBE_GPU_EXPORTER_<FLAG>` sets any flag.",
+            "More environment variables; `KUBE_GPU_EXPORTER_<FLAG>` sets a flag extraArgs takes.",
             [],
-            schema={"type": "array", "items": {"type": "object", "required": ["name"]}},
+            schema=extra_env_schema(flags),
         ),
         Value(
             "compat",
@@ -368,6 +606,7 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
                     "podLabelAllowlist",
                     "`--kubernetes.pod-label-allowlist`: a regex of pod label keys to export.",
                     "",
+                    schema=TEXT,
                 ),
             ),
         ),
@@ -389,6 +628,7 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
                     "A Secret with the file under the key `web-config.yml`; empty: the chart "
                     "makes one from `config`.",
                     "",
+                    schema=SECRET_NAME,
                 ),
                 Value(
                     "config",
@@ -402,6 +642,7 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
                     "A `kubernetes.io/tls` Secret placed beside the file: `cert_file: tls.crt`, "
                     "`key_file: tls.key`, `client_ca_file: ca.crt`.",
                     "",
+                    schema=SECRET_NAME,
                 ),
                 Value(
                     "tls",
@@ -425,6 +666,7 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
                     "The probes' Authorization header, `Basic <base64 of user:password>`; "
                     "readable by anyone who can read the DaemonSet.",
                     "",
+                    schema=TEXT,
                 ),
             ),
         ),
@@ -434,7 +676,7 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
             "address.",
             children=(
                 Value("enabled", "Create it (the ServiceMonitor needs it).", True),
-                Value("annotations", "Annotations on it.", {}, schema=STRINGS),
+                Value("annotations", "Annotations on it.", {}, schema=ANNOTATIONS),
             ),
         ),
         Value(
@@ -457,7 +699,7 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
                     "additionalLabels",
                     "Labels Prometheus selects rules by.",
                     {"release": s.release_label},
-                    schema=STRINGS,
+                    schema=LABELS,
                 ),
             ),
         ),
@@ -472,20 +714,28 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
                     "Their namespace; empty: the release's. The sidecar reads its own unless "
                     "`searchNamespace: ALL`.",
                     "",
+                    schema=_matching(DNS_LABEL, empty=True),
                 ),
                 Value(
                     "label",
                     "The label the sidecar looks for (`grafana.sidecar.dashboards.label`).",
                     deploy_manifests.DASHBOARD_LABEL[0],
+                    schema=_matching(LABEL_KEY, max_length=KEY_LENGTH),
                 ),
-                Value("labelValue", "Its value.", deploy_manifests.DASHBOARD_LABEL[1]),
+                Value(
+                    "labelValue",
+                    "Its value.",
+                    deploy_manifests.DASHBOARD_LABEL[1],
+                    schema=_matching(QUALIFIED_NAME, empty=True),
+                ),
                 Value(
                     "folderAnnotation",
                     "The sidecar's `folderAnnotation`; empty: no folder.",
                     deploy_manifests.FOLDER_ANNOTATION,
+                    schema=_matching(LABEL_KEY, empty=True, max_length=KEY_LENGTH),
                 ),
-                Value("folder", "The Grafana folder.", d.grafana_folder),
-                Value("annotations", "More annotations on them.", {}, schema=STRINGS),
+                Value("folder", "The Grafana folder.", d.grafana_folder, schema=TEXT),
+                Value("annotations", "More annotations on them.", {}, schema=ANNOTATIONS),
             ),
         ),
     )

@@ -24,6 +24,7 @@ from exporter.attribution.context import AttributionContext
 from exporter.attribution.join import join
 from exporter.attribution.model import AttributedNode
 from exporter.attribution.pod_energy import PodEnergyLedger
+from exporter.background import stop_within
 from exporter.config import Config
 from exporter.connection_guard import connection_cap, raise_open_file_limit
 from exporter.exposition.renderer import Renderer
@@ -191,6 +192,10 @@ def thread_problem(*threads: Poller | PodResourcesWatcher | KubernetesWatcher) -
 # the other two are ignored: nothing here has a use for them, and a stray one (log tools send
 # SIGUSR1 to "reopen logs") must not take a node's GPU metrics down.
 STRAY_SIGNALS = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+# What the threads get to wind down after SIGTERM, all together: with the 2 s the server gives
+# in-flight scrapes before it (server.serve), the process is gone within 5 s (the chart's grace
+# period is 10 s).
+SHUTDOWN_SECONDS = 2.5
 
 
 def ignore_stray_signals() -> None:
@@ -263,9 +268,7 @@ def serve_node(
         )
         _event_loop_runner()(_with_signals(serving, reloader))
     finally:
-        poller.stop()
-        for helper in helpers:
-            helper.stop(timeout=3.0)
+        stop_within(SHUTDOWN_SECONDS, [*helpers, poller])
 
 
 def run(

@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
+from typing import Protocol
 
 from exporter.backoff import Backoff
 
@@ -31,6 +33,23 @@ def _describe(exc: BaseException) -> str:
         text = "<unprintable>"
     first = text.splitlines()[0] if text else ""
     return f"{type(exc).__name__}: {first[:300]}" if first else type(exc).__name__
+
+
+class Stoppable(Protocol):
+    def stop(self, timeout: float = ...) -> None: ...
+
+
+def stop_within(seconds: float, parts: Sequence[Stoppable]) -> None:
+    """Stop every part within `seconds` all told: each is asked to stop first, so that all of
+    them wind down at once, then each is waited for with what is left. A thread still stuck
+    when the time is up (a read nothing could wake) is a daemon, left behind rather than
+    holding up the exit."""
+    for part in parts:
+        if isinstance(part, BackgroundThread):
+            part.request_stop()
+    deadline = time.monotonic() + seconds
+    for part in parts:
+        part.stop(max(0.0, deadline - time.monotonic()))
 
 
 class BackgroundThread:
@@ -58,10 +77,17 @@ class BackgroundThread:
             )
             self._thread.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def request_stop(self) -> None:
+        """Ask the loop to end, without waiting for it: whatever it waits on is woken."""
         self._stop.set()
+
+    def join(self, timeout: float) -> None:
         if self._thread is not None:
             self._thread.join(timeout)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.request_stop()
+        self.join(timeout)
 
     @property
     def alive(self) -> bool:
@@ -231,10 +257,9 @@ class PeriodicSampler(BackgroundThread):
         from that round."""
         self._wake.set()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
+    def request_stop(self) -> None:
+        super().request_stop()
         self._wake.set()  # the loop waits on the wake event, not on the stop event
-        super().stop(timeout)
 
     def _run(self) -> None:
         while not self._stop.is_set():

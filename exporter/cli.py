@@ -14,7 +14,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, NoReturn
 
@@ -31,8 +31,8 @@ from exporter.config import (
     WebConfig,
 )
 from exporter.dcgm_compat import DEFAULT_VERSION, PROFILES, DcgmVersion
-from exporter.durations import parse_duration
-from exporter.errors import ConfigurationError
+from exporter.durations import DAY, HOUR, MINUTE, bounded_duration
+from exporter.errors import ConfigurationError, one_line, quoted, quoted_path
 from exporter.fields.flags import (
     DEFAULT_COUNT_WINDOW_MS,
     ENERGY_FIELD,
@@ -53,6 +53,19 @@ PROG = "kube-gpu-exporter"
 HASH_PASSWORD = "hash-password"
 ENV_PREFIX = "KUBE_GPU_EXPORTER_"
 DRIVER_LABELS = ("none", "DCGM_FI_DRIVER_VERSION", "DCGM_FI_SYSTEM_DRIVER_VERSION")
+# Each duration flag's range in seconds. The upper bounds are what a cluster admin could mean
+# (poll and read intervals up to an hour, ages and refreshes up to a day) and keep every timer,
+# Event.wait() and monotonic-clock sum built from them far below threading.TIMEOUT_MAX.
+DURATION_BOUNDS: dict[str, tuple[float, float]] = {
+    "--collector.interval": (0.1, HOUR),
+    "--collector.device-timeout": (0.1, 10 * MINUTE),
+    "--collector.pcie-interval": (1.0, HOUR),
+    "--collector.slow-fields-interval": (0.0, HOUR),
+    "--collector.energy-read-interval": (0.0, HOUR),
+    "--collector.mig-refresh-interval": (1.0, DAY),
+    "--snapshot.stale-after": (0.1, DAY),
+    "--health.max-snapshot-age": (1.0, DAY),
+}
 log = logging.getLogger(__name__)
 
 
@@ -69,16 +82,8 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _positive(name: str, low: float, high: float):
-    def check(text: str) -> float:
-        seconds = parse_duration(text)
-        if not low <= seconds <= high:
-            raise argparse.ArgumentTypeError(
-                f"{name} {text!r} is out of range ({low:g}s to {high:g}s)"
-            )
-        return seconds
-
-    return check
+def _duration(flag: str) -> Callable[[str], float]:
+    return bounded_duration(*DURATION_BOUNDS[flag])
 
 
 def _count(low: int, high: int):
@@ -86,9 +91,11 @@ def _count(low: int, high: int):
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+            raise argparse.ArgumentTypeError(
+                f"{quoted(text)} is not a whole number from {low} to {high}"
+            ) from None
         if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{value} is out of range ({low} to {high})")
+            raise argparse.ArgumentTypeError(f"{quoted(text)} is out of range ({low} to {high})")
         return value
 
     return check
@@ -100,7 +107,7 @@ def _bool_env(text: str) -> bool:
         return True
     if lowered in ("0", "false", "no", "off", ""):
         return False
-    raise argparse.ArgumentTypeError(f"invalid boolean {text!r} (use true or false)")
+    raise argparse.ArgumentTypeError(f"invalid boolean {quoted(text)} (use true or false)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -154,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--collector.interval",
         dest="interval",
-        type=_positive("interval", 0.1, 3600),
+        type=_duration("--collector.interval"),
         default=5.0,
         help="How often to poll NVML (default 5s). NVML refreshes utilization "
         "at most every 1/6 s to 1 s, so sub-second intervals only cost CPU.",
@@ -162,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--collector.device-timeout",
         dest="device_timeout",
-        type=_positive("timeout", 0.1, 600),
+        type=_duration("--collector.device-timeout"),
         default=10.0,
         help="A GPU whose read takes longer is reported stale (default 10s).",
     )
@@ -176,14 +183,14 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--collector.pcie-interval",
         dest="pcie_interval",
-        type=_positive("interval", 1, 3600),
+        type=_duration("--collector.pcie-interval"),
         default=15.0,
         help="How often to sample PCIe throughput (default 15s).",
     )
     add(
         "--collector.slow-fields-interval",
         dest="slow_fields_interval",
-        type=_positive("interval", 0, 3600),
+        type=_duration("--collector.slow-fields-interval"),
         default=10.0,
         help="Read the costly or slowly changing fields (the energy counter, 4 ms of CPU per "
         "read on an H200; the PCIe replay counter; ECC totals; row remapping; the NVLink "
@@ -193,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--collector.energy-read-interval",
         dest="energy_read_interval",
-        type=_positive("interval", 0, 3600),
+        type=_duration("--collector.energy-read-interval"),
         default=60.0,
         help="Read NVML's total energy counter (4 ms of kernel CPU per read on an H200) at most "
         "this often, with the slow fields, and move the exported counter on by board power "
@@ -253,21 +260,21 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--collector.mig-refresh-interval",
         dest="mig_refresh",
-        type=_positive("interval", 1, 86400),
+        type=_duration("--collector.mig-refresh-interval"),
         default=60.0,
         help="Re-read MIG topology this often, besides on MIG change events (default 60s).",
     )
     add(
         "--snapshot.stale-after",
         dest="stale_after",
-        type=_positive("duration", 0.1, 86400),
+        type=_duration("--snapshot.stale-after"),
         default=None,
         help="Mark the served snapshot stale after this age (default 3 intervals).",
     )
     add(
         "--health.max-snapshot-age",
         dest="health_max_age",
-        type=_positive("age", 1, 86400),
+        type=_duration("--health.max-snapshot-age"),
         default=60.0,
         help="/healthz fails when no sweep finished for this long, so Kubernetes "
         "restarts a wedged exporter (default 60s).",
@@ -574,7 +581,7 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
         raise UsageError(message) from None
     if not args.telemetry_path.startswith("/") or any(c.isspace() for c in args.telemetry_path):
         raise UsageError(
-            f"argument --web.telemetry-path: {args.telemetry_path!r} must start "
+            f"argument --web.telemetry-path: {quoted(args.telemetry_path)} must start "
             "with / and contain no spaces"
         )
     if args.telemetry_path in ("/healthz", "/readyz", "/health"):
@@ -588,19 +595,19 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
     node_name = args.node_name or environ.get("NODE_NAME") or ""
     if node_name and not NODE_NAME.match(node_name):
         source = "argument --node-name" if args.node_name else "environment variable NODE_NAME"
-        raise UsageError(f"{source}: {node_name[:80]!r} is not a valid Kubernetes node name")
+        raise UsageError(f"{source}: {quoted(node_name)} is not a valid Kubernetes node name")
     for flag, path in (
         ("--podresources.socket", args.podresources_socket),
         ("--processes.proc-root", args.proc_root),
         ("--processes.log-root", args.log_root),
     ):
         if not os.path.isabs(path):
-            raise UsageError(f"argument {flag}: {path[:80]!r} is not an absolute path")
+            raise UsageError(f"argument {flag}: {quoted_path(path)} is not an absolute path")
     extra_resources = frozenset(r.strip() for r in args.extra_resources.split(",") if r.strip())
     for name in sorted(extra_resources):
         if not RESOURCE_NAME.match(name):
             raise UsageError(
-                f"argument --podresources.extra-resources: {name[:80]!r} is not a resource name "
+                f"argument --podresources.extra-resources: {quoted(name)} is not a resource name "
                 "like vendor.com/gpu-mem"
             )
     if args.kubeconfig is not None:
@@ -704,7 +711,9 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
 
 
 def _usage_error(message: str) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    # Values are quoted where messages are made; argparse's own ("unrecognized arguments: ...")
+    # are not, and whatever slipped through must still not end the line.
+    print(f"{PROG}: error: {one_line(message)}", file=sys.stderr)
     return 2
 
 
@@ -722,7 +731,7 @@ def _check_kubeconfig(path: str) -> None:
     try:
         small_yaml.load(small_yaml.read_text(Path(path), MAX_KUBECONFIG_BYTES))
     except small_yaml.YamlRefused as exc:
-        raise UsageError(f"argument --kubernetes.kubeconfig: {path[:80]!r}: {exc}") from None
+        raise UsageError(f"argument --kubernetes.kubeconfig: {quoted_path(path)}: {exc}") from None
 
 
 def node_backend(config: Config) -> AbstractContextManager[NodeBackend]:

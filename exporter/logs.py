@@ -7,6 +7,8 @@ import logging
 import sys
 import time
 
+from exporter.errors import escaped
+
 LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
@@ -22,9 +24,11 @@ def _timestamp(record: logging.LogRecord) -> str:
 
 
 def _logfmt_value(value: str) -> str:
-    if value and not any(c in value for c in ' ="\\\n'):
+    # Logfmt readers end a record at \r as well as \n, and a terminal runs escape sequences: every
+    # character that is not printable is escaped, not only the newline.
+    if value and value.isprintable() and not any(c in value for c in ' ="\\'):
         return value
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return f'"{escaped(value)}"'
 
 
 class LogfmtFormatter(logging.Formatter):

@@ -26,13 +26,14 @@ from exporter.nvml.binding import GPU_GONE, NVMLError, error_name
 from exporter.nvml.clock_event_counts import ClockEventCounts
 from exporter.nvml.device_reader import DeviceReader
 from exporter.nvml.device_reads import DaemonWorkers, TurnTakingReads
-from exporter.nvml.energy_estimate import EnergyEstimates
+from exporter.nvml.energy_estimate import MAX_GAP_SECONDS, EnergyEstimates
 from exporter.nvml.error_tally import ErrorTally
 from exporter.nvml.guarded_calls import GuardedNvml
 from exporter.nvml.helper import HelperRunner, LiveGpu, ThreadedHelpers
 from exporter.nvml.helper_registry import HelperFactory, HelperInputs, build_helpers
 from exporter.nvml.mig_reader import MigReader
 from exporter.nvml.process_sampler import ProcessSampler
+from exporter.nvml.rejected_readings import RejectedReadings
 from exporter.nvml.source import NvmlSource
 from exporter.processes.owner import PidOwners
 from exporter.scrape_cadence import NextScrapeIn, ScrapeCadence, nobody_scrapes
@@ -95,13 +96,17 @@ class Poller(BackgroundThread):
         runner: HelperRunner | None = None,
         pid_owners: PidOwners | None = None,
         next_scrape_in: NextScrapeIn | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`clock` times what is integrated or due over time (the energy estimate, the slow
+        fields' cadences): the real monotonic clock, or a simulated one that a test steps."""
         super().__init__()
         self._config = config
         self._publish = publish
         self._api = nvml.api
         self._tally = ErrorTally()
         self._nvml = GuardedNvml(self._tally, nvml.api)
+        self._rejected = RejectedReadings()
         # `next_scrape_in`: when the exposition expects the next scrape (scrape_schedule.py).
         # The slow fields are read just before one (with nobody scraping, every interval of
         # theirs), within the sweep itself, so the sweep just before a scrape is early enough.
@@ -111,19 +116,27 @@ class Poller(BackgroundThread):
                 config.slow_fields_interval_seconds,
                 config.interval_seconds,
                 next_scrape_in or nobody_scrapes,
+                clock,
             )
             if config.slow_fields_interval_seconds > 0
             else None
         )
         energy = (
-            EnergyEstimates(config.energy_read_interval_seconds)
+            EnergyEstimates(
+                config.energy_read_interval_seconds,
+                clock,
+                # Two missing samples in a row are bridged at any poll interval.
+                max_gap_seconds=max(MAX_GAP_SECONDS, 3 * config.interval_seconds),
+            )
             if config.energy_read_interval_seconds > 0
             else None
         )
         # A field with its own interval (--collector.field-interval) is due on that interval,
         # before a learnt scrape like the slow fields; 0 reads it every sweep.
         field_cadences = {
-            name: ScrapeCadence(seconds, config.interval_seconds, next_scrape_in or nobody_scrapes)
+            name: ScrapeCadence(
+                seconds, config.interval_seconds, next_scrape_in or nobody_scrapes, clock
+            )
             if seconds > 0
             else None
             for name, seconds in config.field_intervals
@@ -135,6 +148,7 @@ class Poller(BackgroundThread):
             energy,
             extra_fields=config.extra_fields,
             field_cadences=field_cadences,
+            rejected=self._rejected,
         )
         self._mig = MigReader(self._nvml, config.mig_refresh_seconds, nvml.expected_refusal)
         self._clock_events = ClockEventCounts(config.clock_events_count_window_ms)
@@ -149,6 +163,7 @@ class Poller(BackgroundThread):
                     mig=self._mig,
                     pid_owners=pid_owners,
                     next_scrape_in=next_scrape_in,
+                    rejected=self._rejected,
                 )
             )
         )
@@ -185,9 +200,11 @@ class Poller(BackgroundThread):
     # Lifecycle
 
     def stop(self, timeout: float = 3.0) -> None:
+        """Stop the sweeps and every helper, all within `timeout`."""
+        deadline = time.monotonic() + timeout
         super().stop(timeout)
         for helper in self._helpers:
-            helper.stop(timeout)
+            helper.stop(max(0.0, deadline - time.monotonic()))
         self._workers.shutdown()
         if self._initialized and not self._in_flight:
             try:
@@ -283,6 +300,7 @@ class Poller(BackgroundThread):
             gpus=gpus,
             collectors=collectors,
             nvml_errors=self._tally.snapshot(),
+            readings_rejected=self._rejected.snapshot(),
             last_success_at=self._last_success_at,
             sequence=self._sequence,
             process_log_name_conflicts=(

@@ -305,7 +305,7 @@ async def serve(
     app: web.Application,
     address: str,
     ready: Callable[[int], None] | None = None,
-    shutdown_timeout: float = 4.0,
+    shutdown_timeout: float = 2.0,
     ssl_context: ssl.SSLContext | None = None,
     listeners: list[socket.socket] | None = None,
 ) -> None:

@@ -254,7 +254,10 @@ class NodeSnapshot:
     gpus: tuple[GpuSnapshot, ...]
     collectors: tuple[CollectorStatus, ...] = ()
     # ((function, error name), count) pairs, cumulative since start.
-    nvml_errors: tuple[tuple[tuple[str, str], int], ...] = ()
+    nvml_errors: tuple[tuple[tuple[str, ...], int], ...] = ()
+    # ((GPU uuid, DCGM field, reason), count): readings left out as ones the GPU cannot produce
+    # (exporter/nvml/rejected_readings.py), cumulative since start.
+    readings_rejected: tuple[tuple[tuple[str, ...], int], ...] = ()
     last_success_at: float | None = None
     sequence: int = 0
     # Container IDs and pod UIDs the kubelet's log names give more than one name (a leftover or

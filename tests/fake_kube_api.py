@@ -1,13 +1,16 @@
 """The fake Kubernetes API lives in the package, where `--simulate --kubernetes` serves from it;
 the tests import it from here, extended with what only tests need: field selectors read the way
 the API server reads them, the time of every request, and a hostile server's answers (an event
-line that never ends, 410 Gone to every watch, LIST and watch bodies given byte for byte)."""
+line that never ends, 410 Gone to every watch, LIST and watch bodies given byte for byte, error
+answers with huge or trickled bodies, headers trickled a byte at a time)."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
@@ -43,6 +46,17 @@ _ENDLESS_PIECE = 64 * 1024
 _ENDLESS_LIMIT = 2 << 30
 
 
+@dataclass(frozen=True)
+class ErrorAnswer:
+    """An HTTP error whose body declares `declared` bytes and sends `sent` of them (as fast as
+    the client reads, or one byte every `trickle_seconds`)."""
+
+    status: int = 500
+    declared: int = 1 << 30
+    sent: int = 1 << 30
+    trickle_seconds: float = 0.0
+
+
 def _resource(path: str) -> str:
     if path.startswith("/apis/resource.k8s.io/") and path.endswith("/resourceslices"):
         return SLICES
@@ -65,10 +79,22 @@ class FakeKubeApi(_SimulatedApi):
         self.endless_sent: dict[str, list[int]] = {}
         # Resources whose LIST is answered with these bytes, and whose watches with these lines.
         self.list_bodies: dict[str, bytes] = {}
-        # Those LIST bodies go chunked, with no Content-Length to refuse them by, unless False.
+        # Those LIST bodies go chunked, with no Content-Length to refuse them by, unless False;
+        # with list_trickle_seconds, one byte per chunk, each that long after the last.
         self.list_chunked = True
+        self.list_trickle_seconds = 0.0
         self.watch_lines: dict[str, list[bytes]] = {}
         self._sent_lock = threading.Lock()
+        # (resource, is a watch) -> the error every such request is answered with.
+        self.error_answers: dict[tuple[str, bool], ErrorAnswer] = {}
+        # Bytes of error body sent on each such request so far, by resource, oldest first.
+        self.error_sent: dict[str, list[int]] = {}
+        # Resources whose every request gets a status line, then headers a byte every
+        # `header_trickle_seconds` without end.
+        self.header_trickle: set[str] = set()
+        self.header_trickle_seconds = 0.2
+        # Requests answered so far but not finished (a trickle in progress), by resource.
+        self.in_progress: dict[str, int] = {}
 
     def requests_of(self, resource: str, *, watch: bool) -> list[float]:
         """When each LIST (or watch) of `resource` arrived."""
@@ -86,7 +112,13 @@ class FakeKubeApi(_SimulatedApi):
         known = _FIELDS.get(resource)
         fields = [f for f, _ in field_requirements(selector)]
         unknown = [f for f in fields if known is not None and f not in known]
-        if unknown:
+        if resource in self.header_trickle:
+            self.requests.append((url.path, query))
+            self._trickle_headers(handler, resource)
+        elif (resource, watch) in self.error_answers:
+            self.requests.append((url.path, query))
+            self._send_error(handler, resource, self.error_answers[(resource, watch)])
+        elif unknown:
             self.requests.append((url.path, query))
             message = f"field label not supported: {unknown[0]}"
             status = {"kind": "Status", "code": 400, "reason": "BadRequest", "message": message}
@@ -110,7 +142,64 @@ class FakeKubeApi(_SimulatedApi):
         else:
             super().handle(handler)
 
+    @contextlib.contextmanager
+    def _answering(self, resource: str) -> Iterator[None]:
+        with self._sent_lock:
+            self.in_progress[resource] = self.in_progress.get(resource, 0) + 1
+        try:
+            yield
+        finally:
+            with self._sent_lock:
+                self.in_progress[resource] -= 1
+
+    def _send_error(
+        self, handler: BaseHTTPRequestHandler, resource: str, error: ErrorAnswer
+    ) -> None:
+        status = (
+            b'{"kind":"Status","apiVersion":"v1","status":"Failure","code":%d,'
+            b'"reason":"InternalError","message":"etcd is on fire"}' % error.status
+        )
+        with self._answering(resource), contextlib.suppress(OSError):
+            handler.send_response(error.status)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(error.declared))
+            handler.end_headers()
+            with self._sent_lock:
+                counts = self.error_sent.setdefault(resource, [])
+                counts.append(0)
+                mine = len(counts) - 1
+            handler.wfile.write(status)
+            piece = b" " * (1 if error.trickle_seconds else _ENDLESS_PIECE)
+            while counts[mine] < error.sent and self._server is not None:
+                handler.wfile.write(piece)
+                handler.wfile.flush()
+                with self._sent_lock:
+                    counts[mine] += len(piece)
+                if error.trickle_seconds:
+                    time.sleep(error.trickle_seconds)
+
+    def _trickle_headers(self, handler: BaseHTTPRequestHandler, resource: str) -> None:
+        with self._answering(resource), contextlib.suppress(OSError):
+            handler.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            handler.wfile.flush()
+            for _ in range(60_000):  # a header line of http.client's 64 KiB at most
+                if self._server is None:
+                    return
+                handler.wfile.write(b"x")
+                handler.wfile.flush()
+                time.sleep(self.header_trickle_seconds)
+
     def _send_body(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        if self.list_trickle_seconds:
+            self._start_stream(handler)
+            with self._answering("list"), contextlib.suppress(OSError):
+                for byte in body:
+                    if self._server is None:
+                        return
+                    self._chunk(handler, bytes([byte]))
+                    time.sleep(self.list_trickle_seconds)
+                self._chunk(handler, b"")
+            return
         if self.list_chunked:
             pieces = [body[i : i + _ENDLESS_PIECE] for i in range(0, len(body), _ENDLESS_PIECE)]
             self._send_stream(handler, pieces)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from benchmarks import wrk
+from benchmarks import pod_list_memory, wrk
 from benchmarks.processes import proc_sample
 
 WRK_OUTPUT = """Running 5s test @ http://127.0.0.1:9455/metrics
@@ -45,3 +45,11 @@ def test_proc_sample_reads_this_process():
     assert sample.peak_rss_bytes >= sample.rss_bytes
     assert sample.threads >= 1 and sample.fds >= 3
     assert sample.cpu_seconds > 0
+
+
+def test_the_pod_list_benchmark_builds_its_list_to_size_and_measures_a_peak() -> None:
+    pods, size, peak_mb = pod_list_memory.measure(256 * 1024)
+    assert 200_000 < size <= 256 * 1024
+    assert 40 < pods < 100, "pods of about 3.7 KB"
+    # The simulated exporter alone holds some 90 MB; a peak below that was read from nothing.
+    assert 60 < peak_mb < 200

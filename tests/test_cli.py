@@ -15,9 +15,10 @@ from collections.abc import Iterator
 import bcrypt
 import pytest
 
-from exporter.cli import env_name, parse_config, parse_duration
+from exporter.cli import env_name, parse_config
 from exporter.config import HostLabel
 from exporter.dcgm_compat import PROFILES, DcgmVersion
+from exporter.durations import parse_duration
 from exporter.password_hash import PasswordError, read_password
 from exporter.webconfig.parse import load_web_config
 from tests.conftest import REPO
@@ -328,7 +329,7 @@ def test_hash_password_uses_cost_10_by_default(cli, stdin):
         ([], "x" * 73 + "\n", "the password is 73 bytes; bcrypt uses at most 72"),
         ([], "x" * 100_000, "bcrypt uses at most 72"),
         (["--cost=3"], "pw\n", "hash-password: argument --cost: 3 is out of range (4 to 16)"),
-        (["--cost=ten"], "pw\n", "argument --cost: 'ten' is not a whole number"),
+        (["--cost=ten"], "pw\n", "argument --cost: ten is not a whole number from 4 to 16"),
         (["--salt=x"], "pw\n", "hash-password: unrecognized arguments: --salt=x"),
     ],
 )

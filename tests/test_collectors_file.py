@@ -399,7 +399,9 @@ def test_an_unknown_field_is_refused_naming_file_line_and_name():
         ("DCGM_FI_DEV_GPU_TEMP", "found 1"),
         (", gauge, t", "the field name is empty"),
         ("DCGM_FI_DEV_GPU_TEMP, , t", "DCGM_FI_DEV_GPU_TEMP has no type"),
-        ("DCGM_FI_DEV\x0bGPU_TEMP, gauge, t", "'DCGM_FI_DEV\\x0bGPU_TEMP' is not a DCGM field"),
+        ("DCGM_FI_DEV\x0bGPU_TEMP, gauge, t", '"DCGM_FI_DEV\\x0bGPU_TEMP" is not a DCGM field'),
+        ("DCGM_FI_DEV\x1b[31m, gauge, t", '"DCGM_FI_DEV\\x1b[31m" is not a DCGM field'),
+        ('DCGM_FI_DEV_GPU_TEMP, "gau\rge", t', 'unknown type "gau\\rge"'),
     ],
 )
 def test_malformed_lines_are_refused(line, words):

@@ -21,9 +21,11 @@ class Clock:
         return self.now
 
 
-def estimates(interval: float = 60.0) -> tuple[Clock, EnergyEstimates]:
+def estimates(interval: float = 60.0, max_gap: float = 180.0) -> tuple[Clock, EnergyEstimates]:
+    """Bridging gaps up to 180 s, as the poller does at a 60 s poll: several tests step a whole
+    read interval between two samples."""
     clock = Clock()
-    return clock, EnergyEstimates(interval, clock)
+    return clock, EnergyEstimates(interval, clock, max_gap_seconds=max_gap)
 
 
 def test_nothing_is_exported_before_the_first_read() -> None:
@@ -67,9 +69,10 @@ def test_an_estimate_behind_the_counter_jumps_to_it_and_the_drift_is_negative() 
     assert energy.drift(GPU) == pytest.approx((6_000_000 - 6_600_000) / 6_600_000)
 
 
-def test_an_estimate_ahead_of_the_counter_holds_until_the_counter_passes_it() -> None:
+def test_an_estimate_ahead_of_the_counter_neither_falls_nor_waits_for_it() -> None:
     """A counter that falls looks like a restart to Prometheus, which would then count its whole
-    value as an increase: so the exported counter waits instead."""
+    value as an increase; one that waits for NVML to catch up reads 0 W while the GPU draws
+    power. So the export keeps its value and moves on with NVML's counter from there."""
     clock, energy = estimates()
     energy.update(GPU, 100_000, 0)
     for _ in range(59):
@@ -77,13 +80,31 @@ def test_an_estimate_ahead_of_the_counter_holds_until_the_counter_passes_it() ->
         exported = energy.update(GPU, 100_000, None)
     assert exported == 5_900_000
     clock.now += 1.0
-    # NVML says 5.8 MJ where the samples said 6.0: the export stays at what it last showed.
+    # NVML says 5.8 MJ where the samples said 6.0: the export stays at what it last showed...
     assert energy.update(GPU, 100_000, 5_800_000) == 5_900_000
     assert energy.drift(GPU) == pytest.approx(200_000 / 5_800_000)
+    assert energy.ahead(GPU) == 100_000
+    # ...and moves on at once by what the board draws.
     clock.now += 0.5
-    assert energy.update(GPU, 100_000, None) == 5_900_000, "5.85 MJ carried is still below it"
-    clock.now += 1.0
     assert energy.update(GPU, 100_000, None) == 5_950_000
+    clock.now += 1.0
+    assert energy.update(GPU, 100_000, None) == 6_050_000
+
+
+def test_an_estimate_that_falls_short_later_absorbs_what_the_export_carried_ahead() -> None:
+    clock, energy = estimates()
+    energy.update(GPU, 100_000, 0)
+    clock.now += 50.0
+    assert energy.update(GPU, 100_000, None) == 5_000_000
+    clock.now += 10.0
+    # 1 MJ published ahead of the counter: carried.
+    assert energy.update(GPU, 100_000, 4_000_000) == 5_000_000
+    assert energy.ahead(GPU) == 1_000_000
+    clock.now += 60.0
+    # The board drew 150 W where the samples said 100 W: the estimate fell 3 MJ short of the
+    # counter, which first absorbs the 1 MJ carried, then shows the rest.
+    assert energy.update(GPU, 100_000, 13_000_000) == 13_000_000
+    assert energy.ahead(GPU) == 0
 
 
 def test_a_counter_below_its_last_read_is_a_restart_and_the_export_restarts_with_it() -> None:
@@ -137,3 +158,34 @@ def test_the_flag_defaults_to_a_minute_and_zero_turns_the_estimate_off() -> None
     assert parse_config(["--simulate"]).collection.energy_read_interval_seconds == 60.0
     config = parse_config(["--simulate", "--collector.energy-read-interval=0s"])
     assert config.collection.energy_read_interval_seconds == 0.0
+
+
+def test_a_missing_sample_is_bridged_by_the_samples_either_side() -> None:
+    clock, energy = estimates(max_gap=15.0)
+    energy.update(GPU, 100_000, 0)
+    clock.now += 1.0
+    assert energy.update(GPU, None, None) == 0  # glitched or failed: no sample this sweep
+    assert not energy.read_due(GPU), "a gap this short is bridged"
+    clock.now += 1.0
+    # 100 W then 300 W across the 2 s: 200 W for 2 s.
+    assert energy.update(GPU, 300_000, None) == 400_000
+
+
+def test_a_gap_too_long_to_bridge_leaves_the_counter_to_nvmls_next_read() -> None:
+    clock, energy = estimates(max_gap=15.0)
+    energy.update(GPU, 100_000, 0)
+    for _ in range(16):
+        clock.now += 1.0
+        assert energy.update(GPU, None, None) == 0
+    assert energy.read_due(GPU), "nothing else can move it now"
+    clock.now += 1.0
+    assert energy.update(GPU, 100_000, None) == 0, "no trapezoid across 17 s"
+    assert energy.update(GPU, 100_000, 2_000_000) == 2_000_000
+
+
+def test_power_above_the_ceiling_is_integrated_at_the_ceiling() -> None:
+    clock, energy = estimates()
+    energy.update(GPU, 700_000, 0, 700_000)
+    clock.now += 2.0
+    # A reading the reader let through as an instantaneous overshoot counts as the limit.
+    assert energy.update(GPU, 800_000, None, 700_000) == 1_400_000

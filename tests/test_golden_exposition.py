@@ -26,6 +26,7 @@ ERROR_ONLY = {
     f"{PREFIX}fields_unsupported",
     f"{PREFIX}nvml_errors_total",
     f"{PREFIX}podresources_errors_total",
+    f"{PREFIX}readings_rejected_total",
     f"{PREFIX}render_errors_total",
 }
 

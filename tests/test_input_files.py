@@ -77,11 +77,11 @@ def run_limited(*args: str) -> subprocess.CompletedProcess:
         ),
         (
             ["--kubernetes.kubeconfig", "{fifo}"],
-            "--kubernetes.kubeconfig: '{fifo}': not a regular file but a FIFO",
+            "--kubernetes.kubeconfig: {fifo}: not a regular file but a FIFO",
         ),
         (
             ["--kubernetes.kubeconfig", "/dev/zero"],
-            "--kubernetes.kubeconfig: '/dev/zero': not a regular file but a character",
+            "--kubernetes.kubeconfig: /dev/zero: not a regular file but a character",
         ),
     ],
 )
@@ -144,3 +144,64 @@ def test_a_certificate_file_that_is_a_fifo_is_refused_in_one_line(cli, tmp_path)
     )
     assert (code, out) == (2, "")
     assert_one_error_line(err, f"{fifo}: not a regular file but a FIFO")
+
+
+# A file name may hold any byte but "/" and NUL; printed raw in an error, these would end the line
+# (\n, \r), recolour or clear the terminal (\x1b) or hide where the name ends (").
+HOSTILE_NAME = 'a\nb\rc\x1b[31md"e'
+# The same name as every error must show it: in double quotes, each of them escaped.
+ESCAPED_NAME = 'a\\nb\\rc\\x1b[31md\\"e'
+
+
+def assert_escaped_one_line(err: str, mentions: str) -> None:
+    assert_one_error_line(err, mentions)
+    assert err.rstrip("\n").isprintable(), err
+
+
+@pytest.mark.parametrize(
+    ("flag", "content", "message"),
+    [
+        ("--collectors", "NOT_A_FIELD, gauge, x\n", "{}:1: NOT_A_FIELD is not a DCGM field"),
+        ("--collectors", None, "{}: cannot read: No such file or directory"),
+        ("--web.config.file", "nope: 1\n", "{}: nope: unknown key"),
+        ("--web.config.file", None, "{}: cannot read: No such file or directory"),
+        ("--simulate", "gpus: []\n", "{}: gpus: is empty"),
+        ("--simulate", None, "{}: cannot read: No such file or directory"),
+    ],
+)
+def test_a_hostile_file_name_is_escaped_on_one_line(cli, tmp_path, flag, content, message):
+    kind = {"--collectors": "collectors file", "--web.config.file": "web config"}
+    path = tmp_path / f"{HOSTILE_NAME}.yaml"
+    if content is not None:
+        path.write_text(content)
+    bad_fleet = tmp_path / "bad-fleet.yaml"
+    bad_fleet.write_text("gpus: []\n")  # so that a regression cannot start the exporter here
+    fleet = [] if flag == "--simulate" else ["--simulate", str(bad_fleet)]
+    code, out, err = cli(flag, str(path), *fleet, "--web.listen-address=127.0.0.1:1")
+    assert (code, out) == (2, "")
+    shown = f'"{tmp_path}/{ESCAPED_NAME}.yaml"'
+    assert_escaped_one_line(err, f"{kind.get(flag, 'fleet file')} {message.format(shown)}")
+
+
+def test_hostile_keys_and_file_names_inside_the_web_config_are_escaped(cli, tmp_path):
+    bad_fleet = tmp_path / "bad-fleet.yaml"
+    bad_fleet.write_text("gpus: []\n")
+    web = tmp_path / "web.yml"
+    for text, mentions in (
+        ('tls_server_config:\n  "a\\nb": 1\n', 'tls_server_config."a\\nb": unknown key'),
+        ('"x\\ry": 1\n', '"x\\ry": unknown key'),
+        (
+            'basic_auth_users:\n  "al\\nice": plain\n',
+            'basic_auth_users."al\\nice": is not a bcrypt hash',
+        ),
+        (
+            'tls_server_config:\n  cert_file: "c\\n.crt"\n  key_file: k.key\n',
+            f'tls_server_config.cert_file: "{tmp_path}/c\\n.crt" does not exist',
+        ),
+    ):
+        web.write_text(text)
+        code, _, err = cli(
+            "--web.config.file", str(web), "--simulate", str(bad_fleet), "--web.listen-address=:1"
+        )
+        assert code == 2
+        assert_escaped_one_line(err, f"web config {web}: {mentions}")

@@ -224,6 +224,30 @@ def test_without_gpm_activity_mig_instances_share_by_slice_count(
     assert split[("2", *NOBODY)] == pytest.approx(3 / 4)
 
 
+@pytest.mark.parametrize("bad", [math.inf, math.nan, -math.inf, 7.0])
+def test_gpm_activity_outside_zero_to_one_never_makes_a_share_that_is_not_a_fraction(
+    bad: float,
+) -> None:
+    """+Inf SM activity on one instance once made inf/inf = NaN shares, and NaN joules for good
+    (issue 42): a reading that is not finite is no reading, and one above 1 counts as 1."""
+    profiling = ((9, ProfilingReadings(sm_active=bad)), (2, ProfilingReadings(sm_active=0.2)))
+    _basis, split = _split_of(_mig_gpu(profiling))
+    assert all(0.0 <= share <= 1.0 for share in split.values())
+    assert sum(split.values()) == pytest.approx(1.0)
+
+
+def test_the_ledger_credits_nothing_that_is_not_finite() -> None:
+    ledger = PodEnergyLedger()
+    labels = (("UUID", WHOLE), ("pod", "trainer"))
+    rows: tuple[ValueRow, ...] = ((labels, 1.0),)
+    ledger._credit(rows, 1_000.0, 1.0)
+    ledger._credit(rows, math.inf, 2.0)
+    ledger._credit(((labels, math.nan),), 1_000.0, 3.0)
+    ledger._credit(rows, math.nan, 4.0)
+    counters = ledger.record(_snapshot(at=5.0), None)
+    assert counters == ((labels, 1.0),)
+
+
 def test_a_mig_gpu_without_instances_gives_its_energy_to_its_own_unattributed_row() -> None:
     basis, split = _split_of(_mig_gpu(instances=()))
     assert (basis, split) == (NO_INSTANCES, {("", *NOBODY): 1.0})

@@ -5,7 +5,6 @@ time-slicing GPU 3 get distinct shares, each its SM share over the minute."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import re
 from collections import defaultdict
@@ -14,13 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from exporter.app import attribution_sources, exposition_store, with_node_name
-from exporter.cli import parse_config
-from exporter.poller import Poller
-from exporter.simulator.fleet import default_fleet
-from exporter.simulator.node import simulated_node
-from exporter.simulator.stepped_time import SteppedHelpers
-from tests.conftest import quiet, wait_for
+from tests.stepped_node import stepped_default_node
 
 ENERGY = "kube_gpu_exporter_pod_gpu_energy_joules_total"
 SM = "kube_gpu_exporter_pod_gpu_sm_utilization_ratio"
@@ -74,41 +67,11 @@ def _parse(body: str) -> Scrape:
 @pytest.fixture(scope="module")
 def minute() -> Iterator[list[Scrape]]:
     """One scrape per sweep, one sweep every STEP simulated seconds, for a simulated minute."""
-    clock = [5000.0]
-    config = parse_config(
-        [
-            "--simulate",
-            # NVML's energy counter itself every sweep, so that DCGM's figure is the counter.
-            "--collector.energy-read-interval=0s",
-            "--collector.slow-fields-interval=0s",
-        ],
-        environ={},
-    )
-    with contextlib.ExitStack() as stack:
-        fleet = quiet(default_fleet())  # no simulated call costs: a minute in a few seconds
-        node = stack.enter_context(simulated_node(config, fleet, clock=lambda: clock[0]))
-        config = with_node_name(node.config, node.nvml.fleet.node_name)
-        pods, kube = attribution_sources(config)
-        assert pods is not None and kube is None
-        store = exposition_store(config, pods, kube)
-        stepped = SteppedHelpers()
-        poller = Poller(config.collection, store.publish, node.backend.nvml, runner=stepped)
-        stack.callback(poller.stop)
-        pods.start()
-        stack.callback(pods.stop, 3.0)
-        assert wait_for(lambda: pods.latest is not None, timeout=10.0), "the kubelet answered"
-        # GPM needs two rounds and the process windows one before the first scrape has them.
-        poller.sweep()
-        stepped.run_once()
-        scrapes = []
-        for _ in range(int(MINUTE / STEP) + 1):
-            clock[0] += STEP
-            stepped.run_once()
-            store.publish(poller.sweep())
-            exposition = store.render_latest()
-            assert exposition is not None
-            scrapes.append(_parse(exposition.body.decode()))
-        yield scrapes
+    # NVML's energy counter itself every sweep, so that DCGM's figure is the counter.
+    with stepped_default_node(
+        "--collector.energy-read-interval=0s", "--collector.slow-fields-interval=0s"
+    ) as node:
+        yield [_parse(node.step(STEP)) for _ in range(int(MINUTE / STEP) + 1)]
 
 
 def _increases(first: Scrape, last: Scrape) -> dict[tuple[str, ...], float]:

@@ -188,7 +188,9 @@ def test_stopping_the_poller_stops_its_helpers(sim: FakeNvml, toy: ToyHelper):
     poller.sweep()
     poller.stop(timeout=1.5)
     assert toy.calls[-1] == "stop"
-    assert toy.stop_timeout == 1.5
+    # What is left of the poller's 1.5 s once its own thread has stopped: the helpers share
+    # one budget with it, so that SIGTERM ends the process in time.
+    assert toy.stop_timeout is not None and 1.0 < toy.stop_timeout <= 1.5
 
 
 def test_a_stepped_runner_runs_helper_rounds_on_the_callers_thread(sim: FakeNvml):

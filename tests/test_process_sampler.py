@@ -238,7 +238,7 @@ def by_pid(processes: tuple[GpuProcess, ...] | None) -> dict[int, GpuProcess]:
     return {p.pid: p for p in processes}
 
 
-def errors(tally: ErrorTally) -> dict[tuple[str, str], int]:
+def errors(tally: ErrorTally) -> dict[tuple[str, ...], int]:
     return dict(tally.snapshot())
 
 

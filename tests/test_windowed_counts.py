@@ -16,6 +16,7 @@ from exporter.attribution.context import NO_CONTEXT
 from exporter.attribution.join import join
 from exporter.config import Config, WebConfig
 from exporter.exposition.renderer import Renderer
+from exporter.fields.flags import MAX_COUNT_WINDOW_MS
 from exporter.fields.selection import FieldSelection, ListedField
 from exporter.fields.table import BY_NAME
 from exporter.nvml import event_windows
@@ -127,6 +128,21 @@ def test_an_event_counts_until_it_is_exactly_one_window_old() -> None:
     clock.now += 0.5
     assert window.counts("gpu") == ()
     assert window.runs("gpu") == 0  # a quiet key is forgotten, not kept empty
+
+
+def test_the_widest_window_the_command_line_takes_counts_and_forgets() -> None:
+    # The bound is where --xid-count-window-size stops: a window this wide must still be a float
+    # the clock arithmetic can hold, and forget an event exactly when it is that old.
+    clock = Clock(now=3e6)  # a host up for a month; whole seconds keep the sums exact
+    book = XidBook(MAX_COUNT_WINDOW_MS, clock)
+    book.record("GPU-a", None, 79)
+    clock.now += MAX_COUNT_WINDOW_MS / 1000 - 1
+    board = book.gpu_record("GPU-a")
+    assert board is not None and board.window_counts == ((79, 1),)
+    clock.now += 1
+    board = book.gpu_record("GPU-a")
+    assert board is not None and board.window_counts == ()
+    assert board.counts == ((79, 1),)
 
 
 def test_the_xid_book_windows_each_entity_and_keeps_its_totals() -> None:

@@ -148,6 +148,12 @@ def timed_calls(nvml: Any) -> list[TimedCall]:
         ),
         *_batches(nvml),
         TimedCall("nvmlDeviceGetPowerUsage", nvml.nvmlDeviceGetPowerUsage, per_sweep=False),
+        # Read once with the identity: the ceiling a power reading is checked against.
+        TimedCall(
+            "nvmlDeviceGetPowerManagementLimitConstraints",
+            nvml.nvmlDeviceGetPowerManagementLimitConstraints,
+            per_sweep=False,
+        ),
         # The exporter reads the counter as a field; the getter is timed for the cost table,
         # so the simulator can charge a caller that uses it instead.
         TimedCall(

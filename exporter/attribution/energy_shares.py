@@ -22,6 +22,7 @@ slice total is not in the snapshot, so the instances present share the whole boa
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 
@@ -135,7 +136,10 @@ def _activity(gpu: GpuSnapshot, inst: MigInstance) -> float | None:
     if profiling is None:
         return None
     active = profiling.sm_active if profiling.sm_active is not None else profiling.graphics_active
-    return None if active is None else max(0.0, active)
+    if active is None or not math.isfinite(active):
+        return None
+    # A ratio of the instance's own time: anything outside 0-1 is rounding, or a bad sample.
+    return min(1.0, max(0.0, active))
 
 
 def slice_count(inst: MigInstance) -> int:

@@ -10,6 +10,7 @@ increase is scraped first and the memory stays bounded by what the node has held
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from exporter.attribution.model import AttributedNode, EnergyShares, Labels, ValueRow
@@ -100,8 +101,12 @@ class PodEnergyLedger:
 
     def _credit(self, rows: tuple[ValueRow, ...], increase_mj: float, now: float) -> None:
         joules = increase_mj / _MJ_PER_J
+        if not math.isfinite(joules):
+            return  # one bad step must not make the counters NaN or infinite for good
         counters = self._counters
         for labels, fraction in rows:
+            if not math.isfinite(fraction):
+                continue
             counter = counters.get(labels)
             if counter is None:
                 counter = counters[labels] = _Counter(0.0, now)

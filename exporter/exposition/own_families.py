@@ -58,6 +58,13 @@ NVML_ERRORS_TOTAL = _own(
     "NVML calls that returned an error, by function and NVML error name.",
     ("function", "error"),
 )
+READINGS_REJECTED_TOTAL = _own(
+    "readings_rejected_total",
+    COUNTER,
+    "NVML readings left out as missing samples because the GPU cannot produce them (board power "
+    "outside its limits, a value that is not finite), by GPU, DCGM field and reason.",
+    ("UUID", "field", "reason"),
+)
 DEVICE_UP = _own(
     "device_up",
     GAUGE,

@@ -317,6 +317,13 @@ class Renderer:
                 for (fn, err), n in snap.nvml_errors
             ],
         )
+        out.family(
+            own.READINGS_REJECTED_TOTAL,
+            [
+                (label_body((("UUID", uuid), ("field", name), ("reason", why))), str(n))
+                for (uuid, name, why), n in snap.readings_rejected
+            ],
+        )
         out.family(own.PROCESS_LOG_NAME_CONFLICTS, log_name_conflict_samples(snap))
 
         devices = [

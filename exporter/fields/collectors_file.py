@@ -21,16 +21,16 @@ Where it differs, on purpose:
 - A file that lists nothing is allowed, as dcgm-exporter allows it: no DCGM families, only the
   exporter's own.
 
-Every refusal is a ConfigurationError of one line naming the file, the line and what is wrong.
+Every refusal is a ConfigurationError of one line naming the file, the line and what is wrong;
+the path and any text from the file in it are shown by exporter.errors.quoted, escaped.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from exporter import small_yaml
-from exporter.errors import ConfigurationError
+from exporter.errors import ConfigurationError, quoted, quoted_path
 from exporter.fields import dcgm_catalogue
 from exporter.fields.model import DcgmField
 from exporter.fields.selection import FieldSelection, ListedField, UnsupportedField
@@ -41,7 +41,6 @@ MAX_FILE_BYTES = 1 << 20
 TYPES = ("gauge", "counter", "label")
 # Accepted by dcgm-exporter's CSV reader, refused here (see the module's docstring).
 DISTRIBUTION_TYPES = ("histogram", "summary")
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9_]{1,100}")
 
 LABEL_REASON = "label fields other than the driver version are not exported"
 DRIVER_AS_VALUE_REASON = (
@@ -75,7 +74,7 @@ def read_collectors_file(path: str) -> FieldSelection:
     try:
         text = small_yaml.read_text(Path(path), MAX_FILE_BYTES)
     except small_yaml.YamlRefused as exc:
-        raise ConfigurationError(f"collectors file {path}: {exc}") from None
+        raise ConfigurationError(f"collectors file {quoted_path(path)}: {exc}") from None
     return parse_collectors(text, path)
 
 
@@ -84,6 +83,7 @@ def parse_collectors(text: str, path: str) -> FieldSelection:
     listed: list[ListedField] = []
     unsupported: list[UnsupportedField] = []
     seen: set[str] = set()
+    shown_path = quoted_path(path)
     # Editors on Windows start UTF-8 files with a byte-order mark; it is not part of the name.
     text = text.removeprefix("\ufeff")
     # Split on newlines only, so line numbers match an editor's (splitlines also breaks at form
@@ -92,18 +92,18 @@ def parse_collectors(text: str, path: str) -> FieldSelection:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        where = f"collectors file {path}:{number}"
+        where = f"collectors file {shown_path}:{number}"
         name, kind, help_text = _columns(line, where)
         if not dcgm_catalogue.is_dcgm_field(name):
-            raise ConfigurationError(f"{where}: {_shown(name)} is not a DCGM field")
+            raise ConfigurationError(f"{where}: {quoted(name)} is not a DCGM field")
         if kind in DISTRIBUTION_TYPES:
             raise ConfigurationError(
-                f"{where}: {_shown(name)} has type {kind}, which one value per GPU cannot be "
+                f"{where}: {quoted(name)} has type {kind}, which one value per GPU cannot be "
                 f"written as; use {' or '.join(TYPES[:2])}"
             )
         if kind not in TYPES:
             raise ConfigurationError(
-                f"{where}: {_shown(name)} has unknown type {_shown(kind)} "
+                f"{where}: {quoted(name)} has unknown type {quoted(kind)} "
                 f"(use one of {', '.join(TYPES)})"
             )
         row = BY_ANY_NAME.get(name)
@@ -129,7 +129,7 @@ def _columns(line: str, where: str) -> tuple[str, str, str]:
     if not name:
         raise ConfigurationError(f"{where}: the field name is empty")
     if not kind:
-        raise ConfigurationError(f"{where}: {_shown(name)} has no type")
+        raise ConfigurationError(f"{where}: {quoted(name)} has no type")
     return name, kind, help_text
 
 
@@ -163,10 +163,3 @@ def _legacy_reason(name: str) -> str:
     dcgm = dcgm_catalogue.names_of(field) if field else ()
     current = (ours or list(dcgm) or [f"field {field}"])[0]
     return f"a dcgm-exporter 1.x name: list the field as {current}"
-
-
-def _shown(text: str) -> str:
-    """`text` as it may appear in a one-line message: bare when it is a plain name."""
-    if _PLAIN_NAME.fullmatch(text):
-        return text
-    return repr(text[: small_yaml.SHOWN_CHARS])

@@ -7,8 +7,8 @@ import argparse
 import logging
 from typing import Any
 
-from exporter.durations import parse_duration
-from exporter.errors import ConfigurationError
+from exporter.durations import HOUR, WEEK, bounded_duration, format_duration
+from exporter.errors import ConfigurationError, quoted, quoted_path
 from exporter.fields.collectors_file import read_collectors_file
 from exporter.fields.dcgm_catalogue import is_dcgm_field
 from exporter.fields.model import Cadence, DcgmField, Gpm
@@ -35,23 +35,33 @@ UPSTREAM_ENV = {
 }
 # dcgm-exporter's default for both count windows: 5 minutes.
 DEFAULT_COUNT_WINDOW_MS = 300_000
+# The widest count window, a week: an alert on "any XID lately" looks back hours, not months, and
+# a bound keeps the window's seconds a float that timers and clock arithmetic can hold.
+MAX_COUNT_WINDOW_MS = int(WEEK * 1000)
+_WINDOW_RANGE = f"from 1 to {MAX_COUNT_WINDOW_MS} ({format_duration(WEEK)})"
+_WINDOW_DIGITS = len(str(MAX_COUNT_WINDOW_MS))
 # The widest --collector.field-interval, as for the other read intervals.
-MAX_FIELD_INTERVAL_SECONDS = 3600.0
+MAX_FIELD_INTERVAL_SECONDS = HOUR
+_field_interval = bounded_duration(0.0, MAX_FIELD_INTERVAL_SECONDS)
 # Its --collector.field-interval is --collector.energy-read-interval: between reads the counter is
 # carried forward by board power, which no other field's interval does.
 (ENERGY_FIELD,) = (row.name for row in FIELDS if row.cadence is Cadence.ENERGY)
 
 
 def window_ms(text: str) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text[:80]!r} is not a whole number of milliseconds"
-        ) from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value} must be above 0 milliseconds")
-    return value
+    """A count window: whole milliseconds from 1 to MAX_COUNT_WINDOW_MS, as dcgm-exporter takes
+    it (no units). Every refusal states the range."""
+    given = text.strip()
+    # ASCII digits only (int() also takes "5_000" and other scripts' digits), and no more of them
+    # than the bound has, so that int() never sees a number hundreds of digits long.
+    digits = given.removeprefix("+").lstrip("0")
+    if digits.isascii() and digits.isdigit() and len(digits) <= _WINDOW_DIGITS:
+        value = int(digits)
+        if 1 <= value <= MAX_COUNT_WINDOW_MS:
+            return value
+    raise argparse.ArgumentTypeError(
+        f"{quoted(given)} is not a whole number of milliseconds {_WINDOW_RANGE}"
+    )
 
 
 def field_intervals(text: str) -> list[tuple[str, float]]:
@@ -62,25 +72,20 @@ def field_intervals(text: str) -> list[tuple[str, float]]:
             continue
         name, equals, value = (part.strip() for part in item.partition("="))
         if not equals or not name:
-            raise argparse.ArgumentTypeError(f"{item.strip()[:80]!r} is not NAME=SECONDS")
+            raise argparse.ArgumentTypeError(f"{quoted(item.strip())} is not NAME=SECONDS")
         row = BY_ANY_NAME.get(name)
         if row is None:
             if is_dcgm_field(name):
                 raise argparse.ArgumentTypeError(
                     f"{name} is a DCGM field this exporter does not read"
                 )
-            raise argparse.ArgumentTypeError(f"{name[:80]!r} is not a DCGM field")
+            raise argparse.ArgumentTypeError(f"{quoted(name)} is not a DCGM field")
         if not row.reader_reads or row.name == CLOCK_EVENT_REASONS:
             raise argparse.ArgumentTypeError(f"{name} has no read interval: {cadence_of(row)}")
         try:
-            seconds = parse_duration(value)
+            seconds = _field_interval(value)
         except argparse.ArgumentTypeError as exc:
             raise argparse.ArgumentTypeError(f"{name}: {exc}") from None
-        if not 0 <= seconds <= MAX_FIELD_INTERVAL_SECONDS:
-            raise argparse.ArgumentTypeError(
-                f"{name}: interval {value[:80]!r} is out of range "
-                f"(0s to {MAX_FIELD_INTERVAL_SECONDS:g}s)"
-            )
         pairs.append((row.name, seconds))
     if not pairs:
         raise argparse.ArgumentTypeError("expected NAME=SECONDS, e.g. DCGM_FI_DEV_GPU_TEMP=30s")
@@ -132,7 +137,8 @@ def log_selection(fields: FieldSelection | None) -> None:
     """Name each field the file lists that is not exported, once, at start-up."""
     if fields is None:
         return
+    path = quoted_path(fields.path)
     for field in fields.unsupported:
-        log.warning("%s: %s is not exported: %s", fields.path, field.name, field.reason)
+        log.warning("%s: %s is not exported: %s", path, quoted(field.name), field.reason)
     if not fields.listed:
-        log.warning("%s lists no field this exporter exports: no DCGM series", fields.path)
+        log.warning("%s lists no field this exporter exports: no DCGM series", path)

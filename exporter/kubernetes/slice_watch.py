@@ -39,6 +39,17 @@ _NOT_FOUND = 404
 # Newest first; the first one the server answers is asked first from then on.
 API_VERSIONS = ("v1", "v1beta2", "v1beta1")
 NO_DRA_RECHECK_SECONDS = 600.0
+# The view's field this watch feeds.
+SYNCED = "slices_synced"
+
+
+def slices_path(version: str) -> str:
+    """The collection of ResourceSlices in one version of resource.k8s.io."""
+    return f"/apis/resource.k8s.io/{version}/resourceslices"
+
+
+def _as_is(obj: Any) -> Any:
+    return obj
 
 
 def slice_selector(node: str) -> str:
@@ -84,19 +95,25 @@ class SliceWatchOwner(Protocol):
 
     def _update(self, **changes: Any) -> None: ...
 
-    def _api_client(self) -> Any: ...
-
     def _list(
-        self, call: Callable[..., Any], selector: str, what: str, max_bytes: int
+        self,
+        path: str,
+        selector: str,
+        what: str,
+        max_bytes: int,
+        convert: Callable[[Any], Any],
+        synced_field: str,
     ) -> tuple[list[Any], str]: ...
 
     def _watch(
         self,
-        call: Callable[..., Any],
+        path: str,
         selector: str,
         version: str,
         on_event: Callable[[str, dict], None],
         what: str,
+        synced_field: str,
+        synced_on_open: bool = True,
     ) -> None: ...
 
 
@@ -111,7 +128,6 @@ class SliceWatchThread(BackgroundThread):
         self._owner = owner
         self._recheck = recheck_seconds
         self._preferred = API_VERSIONS[0]
-        self._apis: dict[str, Any] = {}
         self._said_no_dra = False
         self._said_full = False
 
@@ -121,29 +137,22 @@ class SliceWatchThread(BackgroundThread):
     def _on_crash(self) -> None:
         self._owner._update(slices_synced=False)
 
-    def _api(self, version: str) -> Any:
-        import kubernetes
-
-        if version not in self._apis:
-            kind = {
-                "v1": kubernetes.client.ResourceV1Api,
-                "v1beta2": kubernetes.client.ResourceV1beta2Api,
-                "v1beta1": kubernetes.client.ResourceV1beta1Api,
-            }[version]
-            self._apis[version] = kind(self._owner._api_client())
-        return self._apis[version]
-
-    def _list_served(self, selector: str) -> tuple[Callable[..., Any], list[Any], str] | None:
-        """The list call of the first API version the server serves, its items and version;
-        None when it serves none of them."""
+    def _list_served(self, selector: str) -> tuple[str, list[Any], str] | None:
+        """The collection path of the first API version the server serves, its items and
+        version; None when it serves none of them."""
         import kubernetes
 
         order = [self._preferred, *(v for v in API_VERSIONS if v != self._preferred)]
         for version in order:
-            call = self._api(version).list_resource_slice
+            path = slices_path(version)
             try:
                 items, resource_version = self._owner._list(
-                    call, selector, "the ResourceSlice LIST", MAX_SLICE_LIST_BYTES
+                    path,
+                    selector,
+                    "the ResourceSlice LIST",
+                    MAX_SLICE_LIST_BYTES,
+                    _as_is,
+                    SYNCED,
                 )
             except kubernetes.client.ApiException as exc:
                 if exc.status == _NOT_FOUND:
@@ -153,7 +162,7 @@ class SliceWatchThread(BackgroundThread):
                 log.info("watching ResourceSlices through resource.k8s.io/%s", version)
             self._preferred = version
             self._said_no_dra = False
-            return call, items, resource_version
+            return path, items, resource_version
         return None
 
     def _no_dra(self) -> None:
@@ -171,7 +180,7 @@ class SliceWatchThread(BackgroundThread):
         self._progressed()
         self._stop.wait(self._recheck)
 
-    def _publish(self, store: SliceStore) -> None:
+    def _publish(self, store: SliceStore, *, synced: bool = True) -> None:
         if store.refused and not self._said_full:
             log.warning(
                 "this node has more than %d ResourceSlices of %s; the others are ignored",
@@ -179,9 +188,9 @@ class SliceWatchThread(BackgroundThread):
                 NVIDIA_GPU_DRIVER,
             )
             self._said_full = True
-        self._owner._update(
-            resource_slices=store.offered(), slices_synced=True, slices_updated_at=time.time()
-        )
+        self._owner._update(resource_slices=store.offered(), slices_updated_at=time.time())
+        if synced:
+            self._owner._update(slices_synced=True)
 
     def _round(self) -> None:
         selector = slice_selector(self._owner._node)
@@ -189,11 +198,12 @@ class SliceWatchThread(BackgroundThread):
         if served is None:
             self._no_dra()
             return
-        call, items, version = served
+        path, items, version = served
         store = SliceStore()
-        for obj in items if isinstance(items, list) else ():
+        for obj in items:
             store.apply("ADDED", obj)
-        self._publish(store)
+        # Synced once the watch from this list is answered.
+        self._publish(store, synced=False)
         self._progressed()
 
         def on_event(kind: str, obj: dict) -> None:
@@ -203,4 +213,4 @@ class SliceWatchThread(BackgroundThread):
             else:
                 self._owner._update(slices_synced=True, slices_updated_at=time.time())
 
-        self._owner._watch(call, selector, version, on_event, "the ResourceSlice watch")
+        self._owner._watch(path, selector, version, on_event, "the ResourceSlice watch", SYNCED)

@@ -1,6 +1,7 @@
 """One WATCH request's events, read within bounds (api_answers.py) instead of through the
 `kubernetes` client's Watch, which buffers an event line however long it grows and builds a
-typed model of every object the exporter then ignores.
+typed model of every object the exporter then ignores. The request goes through api_requests.py,
+so that an error answer is read within bounds too.
 
 The stream yields (type, object) for each event and remembers the newest resourceVersion seen,
 bookmarks included, to resume from. An ERROR event ends it: 410 Gone as WatchExpired (list
@@ -9,12 +10,12 @@ again), any other status as the client's ApiException.
 
 from __future__ import annotations
 
-import contextlib
-import time
 from collections.abc import Iterator
 from typing import Any
 
+from exporter.kubernetes.answer_deadlines import Deadline, shut_down
 from exporter.kubernetes.api_answers import MAX_EVENT_BYTES, BadAnswer, answer_lines, parse_json
+from exporter.kubernetes.api_requests import ApiGetter, close
 
 GONE = 410
 
@@ -39,16 +40,19 @@ def _status_error(status: Any) -> Exception:
 
 
 class WatchStream:
+    """One watch request's answer, read within `deadline` (the server's own timeout plus a
+    grace), from its open until close()."""
+
     def __init__(
         self,
         response: Any,
         what: str,
-        deadline: float,
+        deadline_seconds: float,
         max_event_bytes: int = MAX_EVENT_BYTES,
     ) -> None:
         self._response = response
         self._what = what
-        self._deadline = deadline
+        self._deadline = Deadline(deadline_seconds, shut_down(response)).__enter__()
         self._max_event_bytes = max_event_bytes
         # The newest resourceVersion an event carried; empty until one did.
         self.resource_version = ""
@@ -56,36 +60,40 @@ class WatchStream:
     @classmethod
     def open(
         cls,
-        call: Any,
+        getter: ApiGetter,
+        path: str,
         what: str,
         selector: str,
         version: str,
         timeout_seconds: int,
         stall_grace_seconds: float,
     ) -> WatchStream:
-        """Start a watch through the generated list call `call`. The server ends it after
+        """Start a watch of the collection at `path`. The server ends it after
         `timeout_seconds`; silence or a trickle for `stall_grace_seconds` past that abandons it."""
         import kubernetes
 
+        query = [
+            ("fieldSelector", selector),
+            ("resourceVersion", version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout_seconds)),
+            ("watch", "true"),
+        ]
         try:
-            response = call(
-                field_selector=selector,
-                resource_version=version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=timeout_seconds,
-                watch=True,
-                _preload_content=False,
-                _request_timeout=(5, timeout_seconds + stall_grace_seconds),
-            )
+            response = getter.open(path, query, timeout_seconds + stall_grace_seconds, what)
         except kubernetes.client.ApiException as exc:
             if exc.status == GONE:
                 raise WatchExpired() from None
             raise
-        deadline = time.monotonic() + timeout_seconds + stall_grace_seconds
-        return cls(response, what, deadline)
+        return cls(response, what, timeout_seconds + stall_grace_seconds)
+
+    @property
+    def response(self) -> Any:
+        return self._response
 
     def events(self) -> Iterator[tuple[str, dict]]:
-        for line in answer_lines(self._response, self._max_event_bytes, self._deadline, self._what):
+        lines = answer_lines(self._response, self._max_event_bytes, self._deadline, self._what)
+        for line in lines:
             if not line.strip():
                 continue
             event = parse_json(line, f"an event of {self._what}")
@@ -102,14 +110,8 @@ class WatchStream:
                 self.resource_version = version
             yield kind, obj
 
-    def interrupt(self) -> None:
-        """Wake a read blocked on a quiet stream, from another thread (stop())."""
-        with contextlib.suppress(Exception):
-            self._response.shutdown()
-
     def close(self) -> None:
-        """Drop the connection: an unfinished stream cannot go back to the pool."""
-        with contextlib.suppress(Exception):
-            self._response.close()
-        with contextlib.suppress(Exception):
-            self._response.release_conn()
+        """Drop the connection (an unfinished stream cannot go back to the pool) and the
+        deadline's timer."""
+        self._deadline.__exit__(None, None, None)
+        close(self._response)

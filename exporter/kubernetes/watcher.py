@@ -9,10 +9,13 @@ back off exponentially with jitter: a server answering every watch with 410 woul
 listed from in a tight loop, by every node at once. Every watch sets its field selector: a
 DaemonSet that lists pods cluster-wide on every node is how control planes go down.
 
-Answers are read within byte limits and parsed with their failures caught
-(exporter/kubernetes/api_answers.py, watch_stream.py): an endless event line, a LIST too large
-to parse within the pod's memory limit, or JSON nested past the recursion limit is one failed
-round, logged on one line, with the view unsynced until a LIST succeeds again.
+Requests go through exporter/kubernetes/api_requests.py, and answers are read within byte limits
+and deadlines and parsed with their failures caught (api_answers.py, answer_deadlines.py,
+watch_stream.py): an error answer with a huge or trickled body, an endless event line, a LIST too
+large to parse within the pod's memory limit, an answer trickled a byte at a time, or JSON nested
+past the recursion limit is one failed round, logged on one line, with the view unsynced until a
+LIST succeeds again. A watch that has not been refreshed (a LIST, a watch answered, an event)
+for longer than a healthy watch ever goes without reads unsynced too, whatever it is stuck in.
 
 Only the failures an API conversation is expected to have (HTTP errors, broken connections,
 undecodable bodies, a missing kubeconfig) are retried here. Anything else is a bug or an object
@@ -32,20 +35,21 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import urllib3.exceptions
 
 from exporter.background import BackgroundThread
 from exporter.backoff import Backoff
+from exporter.kubernetes.answer_deadlines import HEADERS_SECONDS, Deadline, shut_down
 from exporter.kubernetes.api_answers import (
     MAX_NODE_LIST_BYTES,
     MAX_POD_LIST_BYTES,
     BadAnswer,
-    list_items,
-    parse_json,
+    list_answer,
     read_body,
 )
+from exporter.kubernetes.api_requests import ApiGetter, OpenAnswers, close
 from exporter.kubernetes.pod_metadata import (
     EMPTY_VIEW,
     SERIES_DROP_REASONS,
@@ -59,6 +63,10 @@ from exporter.kubernetes.slice_watch import NO_DRA_RECHECK_SECONDS, SliceWatchTh
 from exporter.kubernetes.watch_stream import WatchExpired, WatchStream
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+PODS_PATH = "/api/v1/pods"
+NODES_PATH = "/api/v1/nodes"
 
 # A round that failed after running this long was healthy until then: the backoff starts over,
 # as client-go's reflector resets its own after two minutes without failing.
@@ -79,6 +87,10 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
         BadAnswer,
         ValueError,  # a body that is not JSON
     )
+
+
+def _as_is(obj: Any) -> Any:
+    return obj
 
 
 def _failure(exc: BaseException) -> str:
@@ -154,8 +166,16 @@ class KubernetesWatcher(BackgroundThread):
             # None would say the watch is off; it is on, and has not listed yet.
             self._view = replace(self._view, slices_synced=False)
         self._client: Any = None
-        self._api: Any = None
-        self._open_watches: set[WatchStream] = set()
+        self._getter_made: ApiGetter | None = None
+        # Every answer being read, for stop() to shut down at once.
+        self._answers = OpenAnswers()
+        # Synced field -> when its watch was last refreshed (a LIST, a watch answered or ended,
+        # an event): monotonic, set by the watch's own thread.
+        self._refreshed: dict[str, float] = {}
+        # A healthy watch is refreshed at least this often: the server ends each watch within
+        # its timeout, the stall grace abandons one it does not end, and the next one is
+        # answered within the headers' deadline.
+        self._refresh_bound = watch_timeout_seconds + stall_grace_seconds + HEADERS_SECONDS
 
     # ---- lifecycle ----
 
@@ -170,15 +190,18 @@ class KubernetesWatcher(BackgroundThread):
         for thread in self._side_watches():
             thread.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def request_stop(self) -> None:
         self._stop.set()
-        # A quiet watch blocks in a socket read until the server's timeout; shutting its
-        # connection down wakes the thread now instead.
-        for watch in list(self._open_watches):
-            watch.interrupt()
-        super().stop(timeout)
-        for thread in self._side_watches():
-            thread.stop(timeout)
+        # A quiet or stuck read would hold its thread until the server's timeout; shutting every
+        # open answer down wakes them now instead.
+        self._answers.shut_down_all()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop this watch and those beside it, all within `timeout`."""
+        self.request_stop()
+        deadline = time.monotonic() + timeout
+        for thread in [self, *self._side_watches()]:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def problem(self) -> str | None:
         return super().problem() or next(
@@ -186,15 +209,26 @@ class KubernetesWatcher(BackgroundThread):
         )
 
     def view(self) -> KubernetesView:
-        """The latest view; never synced while the watch that feeds it is crashed."""
+        """The latest view; never synced while the watch that feeds it is crashed, or has gone
+        without a refresh for longer than a healthy one does."""
         view = self._view
-        if view.pods_synced and not self.thread_healthy:
-            view = replace(view, pods_synced=False)
-        if view.node_synced and not self._node_watch.thread_healthy:
-            view = replace(view, node_synced=False)
-        if view.slices_synced and self._slice_watch and not self._slice_watch.thread_healthy:
-            view = replace(view, slices_synced=False)
-        return view
+        threads = {
+            "pods_synced": self,
+            "node_synced": self._node_watch,
+            "slices_synced": self._slice_watch,
+        }
+        now = time.monotonic()
+        stale: dict[str, Any] = {}
+        for synced_field, thread in threads.items():
+            if not getattr(view, synced_field) or thread is None:
+                continue
+            refreshed = self._refreshed.get(synced_field, now)
+            if not thread.thread_healthy or now - refreshed > self._refresh_bound:
+                stale[synced_field] = False
+        return replace(view, **stale) if stale else view
+
+    def _refresh(self, synced_field: str) -> None:
+        self._refreshed[synced_field] = time.monotonic()
 
     def _on_crash(self) -> None:
         self._update(pods_synced=False)
@@ -229,14 +263,12 @@ class KubernetesWatcher(BackgroundThread):
                 self._client = self._factory()
             return self._client
 
-    def _core(self) -> Any:
-        import kubernetes
-
+    def _getter(self) -> ApiGetter:
         client = self._api_client()
         with self._lock:
-            if self._api is None:
-                self._api = kubernetes.client.CoreV1Api(client)
-            return self._api
+            if self._getter_made is None:
+                self._getter_made = ApiGetter(client, self._answers)
+            return self._getter_made
 
     # ---- the retry loop shared by the watches ----
 
@@ -282,54 +314,72 @@ class KubernetesWatcher(BackgroundThread):
             self._stop.wait(backoff.failed())
 
     def _list(
-        self, call: Callable[..., Any], selector: str, what: str, max_bytes: int
-    ) -> tuple[list[Any], str]:
-        """The items and resourceVersion of a LIST from the watch cache, read within `max_bytes`;
-        `what` names it in errors."""
-        response = call(
-            field_selector=selector,
-            resource_version="0",
-            _preload_content=False,
-            _request_timeout=(5, self._list_timeout),
-        )
+        self,
+        path: str,
+        selector: str,
+        what: str,
+        max_bytes: int,
+        convert: Callable[[Any], T],
+        synced_field: str,
+    ) -> tuple[list[T], str]:
+        """The items (each through `convert`) and resourceVersion of a LIST of the collection at
+        `path` from the watch cache, read within `max_bytes` and the list timeout; `what` names
+        it in errors."""
+        getter = self._getter()
+        query = [("fieldSelector", selector), ("resourceVersion", "0")]
+        response = getter.open(path, query, self._list_timeout, what)
         try:
-            body = read_body(response, max_bytes, what)
+            with (
+                getter.holding(response),
+                Deadline(self._list_timeout, shut_down(response)) as deadline,
+            ):
+                body = read_body(response, max_bytes, what, deadline)
         except BaseException:
             # Unread bytes must not go back to the pool with the connection.
-            response.close()
+            close(response)
             raise
-        finally:
-            response.release_conn()
-        return list_items(parse_json(body, what), what)
+        response.release_conn()
+        answer = list_answer(body, what, convert)
+        self._refresh(synced_field)
+        return answer
 
     def _watch(
         self,
-        call: Callable[..., Any],
+        path: str,
         selector: str,
         version: str,
         on_event: Callable[[str, dict], None],
         what: str,
+        synced_field: str,
+        synced_on_open: bool = True,
     ) -> None:
         """Stream events until stopped, one watch request after another, each resuming from the
-        newest version seen."""
+        newest version seen. The view's `synced_field` reads True from the moment a watch is
+        answered (`synced_on_open`: unless the LIST found nothing to be synced with), and
+        False from the first failure, which ends this call."""
         # A server that ends every watch at once, with nothing in it, would otherwise be asked
         # again in a tight loop; its empty watches are spaced out like failures.
         empty = Backoff(0.5, self._max_backoff)
+        getter = self._getter()
         while not self._stop.is_set():
             stream = WatchStream.open(
-                call, what, selector, version, self._watch_timeout, self._stall_grace
+                getter, path, what, selector, version, self._watch_timeout, self._stall_grace
             )
-            self._open_watches.add(stream)
+            self._refresh(synced_field)
+            if synced_on_open:
+                self._update(**{synced_field: True})
             started, delivered = time.monotonic(), False
             try:
-                for kind, obj in stream.events():
-                    delivered = True
-                    on_event(kind, obj)
-                    if self._stop.is_set():
-                        break
+                with getter.holding(stream.response):
+                    for kind, obj in stream.events():
+                        delivered = True
+                        self._refresh(synced_field)
+                        on_event(kind, obj)
+                        if self._stop.is_set():
+                            break
             finally:
-                self._open_watches.discard(stream)
                 stream.close()
+            self._refresh(synced_field)
             version = stream.resource_version or version
             if delivered or time.monotonic() - started >= EMPTY_WATCH_SECONDS:
                 empty.succeeded()
@@ -339,22 +389,28 @@ class KubernetesWatcher(BackgroundThread):
     # ---- pods of this node ----
 
     def _pods_round(self) -> None:
-        core = self._core()
         selector = f"spec.nodeName={self._node}"
+        # Each pod is cut down to what the exporter keeps as soon as it is parsed.
         items, version = self._list(
-            core.list_pod_for_all_namespaces, selector, "the pods LIST", MAX_POD_LIST_BYTES
+            PODS_PATH,
+            selector,
+            "the pods LIST",
+            MAX_POD_LIST_BYTES,
+            lambda obj: pod_metadata(obj, self._selection),
+            "pods_synced",
         )
         pods: dict[tuple[str, str], PodMetadata] = {}
         dropped = 0
         series_dropped: Counter[str] = Counter()
-        for obj in items:
-            meta, cut, left_out = pod_metadata(obj, self._selection)
+        for meta, cut, left_out in items:
             pods[(meta.namespace, meta.name)] = meta
             dropped += cut
             series_dropped += left_out
         self._count("labels_dropped", dropped)
         self._count_series_drops(series_dropped)
-        self._update(pods=MappingProxyType(pods), pods_synced=True, pods_updated_at=time.time())
+        # Synced once the watch from this list is answered (_watch), not before: a LIST whose
+        # watch then fails left a view that nothing keeps current.
+        self._update(pods=MappingProxyType(pods), pods_updated_at=time.time())
         self._progressed()
 
         def on_event(kind: str, obj: dict) -> None:
@@ -372,16 +428,19 @@ class KubernetesWatcher(BackgroundThread):
                 self._update(pods=MappingProxyType(current))
             self._update(pods_synced=True, pods_updated_at=time.time())
 
-        self._watch(core.list_pod_for_all_namespaces, selector, version, on_event, "the pods watch")
+        self._watch(PODS_PATH, selector, version, on_event, "the pods watch", "pods_synced")
 
     # ---- this node ----
 
     def _node_round(self) -> None:
-        core = self._core()
         selector = f"metadata.name={self._node}"
-        items, version = self._list(core.list_node, selector, "the node LIST", MAX_NODE_LIST_BYTES)
+        items, version = self._list(
+            NODES_PATH, selector, "the node LIST", MAX_NODE_LIST_BYTES, _as_is, "node_synced"
+        )
         labels = node_gpu_labels(items[0]) if items else ()
-        self._update(node_labels=labels, node_synced=bool(items), node_updated_at=time.time())
+        self._update(node_labels=labels, node_updated_at=time.time())
+        if not items:
+            self._update(node_synced=False)
         self._node_watch._progressed()
 
         def on_event(kind: str, obj: dict) -> None:
@@ -391,4 +450,12 @@ class KubernetesWatcher(BackgroundThread):
                 self._update(node_labels=(), node_synced=False)
             self._update(node_updated_at=time.time())
 
-        self._watch(core.list_node, selector, version, on_event, "the node watch")
+        self._watch(
+            NODES_PATH,
+            selector,
+            version,
+            on_event,
+            "the node watch",
+            "node_synced",
+            synced_on_open=bool(items),
+        )

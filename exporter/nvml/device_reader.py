@@ -29,6 +29,8 @@ from exporter.fields.table import BY_NAME, GPU_FIELDS
 from exporter.nvml.energy_estimate import EnergyEstimates
 from exporter.nvml.guarded_calls import Alternative, GuardedNvml
 from exporter.nvml.nvlink_rate import NvlinkRate, NvlinkSample
+from exporter.nvml.power_bounds import ceiling_mw, rejection
+from exporter.nvml.rejected_readings import RejectedReadings
 from exporter.nvml.struct_views import view
 from exporter.scrape_cadence import ScrapeCadence
 from exporter.snapshot import GpuIdentity, GpuReadings
@@ -206,8 +208,10 @@ class DeviceReader:
         *,
         extra_fields: Iterable[str] = (),
         field_cadences: Mapping[str, ScrapeCadence | None] = MappingProxyType({}),
+        rejected: RejectedReadings | None = None,
     ) -> None:
         self._nvml = nvml
+        self._rejected = rejected or RejectedReadings()
         # Serialised as DataDog does after an incident (datadog-agent #54821).
         self._field_values_lock = field_values_lock
         # None: the energy counter is read with the other slow fields, and stands in between.
@@ -258,6 +262,9 @@ class DeviceReader:
         self._nvlink_rate = NvlinkRate()
         # UUID -> DCGM's VGPU_LICENSE_STATUS as of the last identity read (None: NVML failed).
         self._licence: dict[str, int | None] = {}
+        # UUID -> the highest power limit the board has given (its maximum, or a limit read
+        # since): what a power reading is checked against (power_bounds.py).
+        self._power_limits: dict[str, float] = {}
 
     def read_identity(self, index: int, handle: Any) -> GpuIdentity:
         raw = self._nvml.raw
@@ -267,8 +274,13 @@ class DeviceReader:
         mig = self._nvml.call(uuid, "mig_mode", "nvmlDeviceGetMigMode", handle)
         licence = self._vgpu_licence(uuid, handle)
         minor = self._nvml.call(uuid, "minor_number", "nvmlDeviceGetMinorNumber", handle)
+        constraints = self._nvml.call(
+            uuid, "power_limit_constraints", "nvmlDeviceGetPowerManagementLimitConstraints", handle
+        )
         with self._plans_lock:
             self._licence[uuid] = licence
+            if constraints is not None:
+                self._power_limits[uuid] = ceiling_mw([constraints[1]])
         return GpuIdentity(
             index=index,
             uuid=uuid,
@@ -320,6 +332,10 @@ class DeviceReader:
         power = average if average is not None else instant
         if power is None and power_group in due:
             power = self._nvml.call(uuid, "power", "nvmlDeviceGetPowerUsage", handle)
+        ceiling = self._power_ceiling(uuid, values)
+        if power is not None and (reason := rejection(power, ceiling)) is not None:
+            self._rejected.record(uuid, _POWER_ROW.name, reason, power)
+            power = None
         if power is not None:
             values[_key(_POWER_ROW)] = power
         if batch.nvlink_failed:
@@ -344,7 +360,10 @@ class DeviceReader:
         if self._energy is not None:
             # An unsigned long long field: int already, but the batch types all its values alike.
             counter_mj = None if energy_read is None else int(energy_read)
-            values[ENERGY_ATTRIBUTE] = self._energy.update(uuid, values.get("power_mw"), counter_mj)
+            # Only power sampled in this very sweep carries the counter: a power row on a slower
+            # cadence of its own leaves the counter to its own reads.
+            sampled = power if power_group == SWEEP else None
+            values[ENERGY_ATTRIBUTE] = self._energy.update(uuid, sampled, counter_mj, ceiling)
         with self._plans_lock:
             values["vgpu_license_status"] = self._licence.get(uuid)
         extra = {k: values.pop(k) for k in self._extra_keys & values.keys()}
@@ -352,6 +371,18 @@ class DeviceReader:
             **{k: v for k, v in values.items() if v is not None},
             extra=tuple(sorted((k, v) for k, v in extra.items() if v is not None)),
         )
+
+    def _power_ceiling(self, uuid: str, values: Mapping[str, Any]) -> float:
+        """The most this board can draw, as far as its limits tell, raised by any limit read
+        this sweep (the limits can be set above the maximum the board gave at start only by a
+        new driver, but a board with no maximum at all has only these)."""
+        limits = (values.get("enforced_power_limit_mw"), values.get("power_limit_mw"))
+        with self._plans_lock:
+            known = self._power_limits.get(uuid)
+            if any(limit is not None for limit in limits):
+                known = ceiling_mw((known, *limits))
+                self._power_limits[uuid] = known
+        return ceiling_mw((known,))
 
     def _vgpu_licence(self, uuid: str, handle: Any) -> int | None:
         """DCGM's VGPU_LICENSE_STATUS (docs/nvml.md, 'vGPU licence'): 0 where the GPU has no
@@ -508,7 +539,12 @@ class DeviceReader:
         """Drop what is kept for GPUs that NVML no longer enumerates."""
         keep = set(uuids)
         with self._plans_lock:
-            tables: tuple[dict[str, Any], ...] = (self._plans, self._licence, self._kept)
+            tables: tuple[dict[str, Any], ...] = (
+                self._plans,
+                self._licence,
+                self._kept,
+                self._power_limits,
+            )
             gone = {u for table in tables for u in table} - keep
             for table in tables:
                 for uuid in gone & table.keys():

@@ -7,10 +7,18 @@ exported value moves on by board power integrated over each sweep (trapezoids; N
 is a 1 s average on Ampere and newer, so a 1 s poll covers every second). Each NVML read puts the
 estimate back on the counter itself, and remembers how far the estimate had drifted.
 
+Power is integrated at most at the board's ceiling (its maximum power limit, power_bounds.py), so
+the estimate never runs ahead of NVML's counter by more than the board could draw since the last
+read; the reader has already left out readings the board cannot produce.
+
 The exported counter never goes backwards while NVML's does not: Prometheus takes any decrease
-for a restart and counts the whole new value as an increase. An estimate that ran ahead of the
-counter therefore holds until the counter passes it. NVML's counter falling below its previous
-read is a real restart (a driver reload), and the exported counter restarts with it.
+for a restart and counts the whole new value as an increase. Nor does it stand still while the
+GPU draws power: where the estimate ran ahead of the counter, a read keeps the exported value
+where it was and carries the difference (`ahead_mj`) on top of NVML's counter from then on, so
+the exported counter moves at the counter's own pace. That difference shrinks whenever a later
+estimate falls short of the counter, which it absorbs before the exported value jumps. NVML's
+counter falling below its previous read is a real restart (a driver reload), and the exported
+counter restarts with it.
 """
 
 from __future__ import annotations
@@ -19,6 +27,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+# The longest stretch without a power sample that the estimate bridges with a trapezoid between
+# the samples on either side; after a longer one the counter waits for NVML's next read.
+MAX_GAP_SECONDS = 15.0
 
 
 @dataclass(slots=True)
@@ -31,6 +43,9 @@ class _Track:
     # The last power sample (None: the last sweep had none) and when it was taken.
     power_mw: float | None = None
     sampled_at: float = 0.0
+    # What the exported counter stands above NVML's counter at its last read: estimates that
+    # ran ahead and were already published, carried rather than waited out.
+    ahead_mj: int = 0
     exported_mj: int = 0
     # Estimate minus counter, over the counter's increase, at the last read that could tell.
     drift: float | None = None
@@ -41,9 +56,15 @@ class _Track:
 class EnergyEstimates:
     """Per GPU: the exported energy counter, and whether NVML's own is due to be read."""
 
-    def __init__(self, read_interval_seconds: float, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        read_interval_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+        max_gap_seconds: float = MAX_GAP_SECONDS,
+    ):
         self._interval = read_interval_seconds
         self._clock = clock
+        self._max_gap = max_gap_seconds
         self._tracks: dict[str, _Track] = {}
         self._lock = threading.Lock()
 
@@ -54,20 +75,33 @@ class EnergyEstimates:
         if track is None or track.read_wanted or track.power_mw is None:
             # Without a power sample to carry the counter, only a read moves it.
             return True
-        return self._clock() - track.read_at >= self._interval
-
-    def update(self, uuid: str, power_mw: float | None, counter_mj: int | None) -> int | None:
-        """The counter to export after a sweep that sampled `power_mw` and, if it read NVML's
-        counter, got `counter_mj`; None until the counter has been read once."""
         now = self._clock()
+        return now - track.sampled_at > self._max_gap or now - track.read_at >= self._interval
+
+    def update(
+        self,
+        uuid: str,
+        power_mw: float | None,
+        counter_mj: int | None,
+        ceiling_mw: float | None = None,
+    ) -> int | None:
+        """The counter to export after a sweep that sampled `power_mw` in this very sweep (None:
+        it did not) and, if it read NVML's counter, got `counter_mj`; None until the counter has
+        been read once. Power above `ceiling_mw`, the most the board can draw, counts as the
+        ceiling."""
+        now = self._clock()
+        if power_mw is not None and ceiling_mw is not None:
+            power_mw = min(power_mw, ceiling_mw)
         with self._lock:
             track = self._tracks.get(uuid)
             if (
                 track is not None
                 and track.power_mw is not None
                 and power_mw is not None
-                and now > track.sampled_at
+                and 0 < now - track.sampled_at <= self._max_gap
             ):
+                # Across a missing sample or two too: board power is a 1 s average that moves
+                # smoothly, so the trapezoid over the gap is closer than leaving it out.
                 average = (power_mw + track.power_mw) / 2
                 track.since_read_mj += average * (now - track.sampled_at)
             if counter_mj is not None:
@@ -75,10 +109,16 @@ class EnergyEstimates:
                 track = self._read(uuid, track, counter_mj, now)
             if track is None:
                 return None
-            # No power this sweep: the integral starts again from the next sample or read.
-            track.power_mw = None if power_mw is None else float(power_mw)
-            track.sampled_at = now
-            estimate = track.counter_mj + int(track.since_read_mj)
+            if power_mw is not None:
+                track.power_mw, track.sampled_at = float(power_mw), now
+            elif counter_mj is not None:
+                # The read covered the time up to now; the last sample stands as the next
+                # trapezoid's left edge.
+                track.sampled_at = now
+            elif now - track.sampled_at > self._max_gap:
+                # Too long without power to bridge: only the next read moves the counter on.
+                track.power_mw = None
+            estimate = track.counter_mj + track.ahead_mj + int(track.since_read_mj)
             track.exported_mj = max(track.exported_mj, estimate)
             return track.exported_mj
 
@@ -91,9 +131,18 @@ class EnergyEstimates:
         increase = counter_mj - track.counter_mj
         if increase > 0 and track.power_mw is not None and not track.read_wanted:
             track.drift = (track.since_read_mj - increase) / increase
+        # The exported value stays where it is if it is ahead of the counter (never falling),
+        # and moves on from there with the counter (never waiting for it to catch up).
+        track.ahead_mj = max(0, track.exported_mj - counter_mj)
         track.counter_mj, track.read_at, track.since_read_mj = counter_mj, now, 0.0
         track.read_wanted = False
         return track
+
+    def ahead(self, uuid: str) -> int | None:
+        """How far (mJ) the exported counter stood above NVML's at the last read."""
+        with self._lock:
+            track = self._tracks.get(uuid)
+            return None if track is None else track.ahead_mj
 
     def drift(self, uuid: str) -> float | None:
         """How far the estimate was from NVML's counter at the last read, as a fraction of what

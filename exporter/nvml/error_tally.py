@@ -1,4 +1,5 @@
-"""Thread-safe count of NVML errors by function and error name, for the self-metrics."""
+"""Thread-safe counts by a tuple of label values, for the self-metrics: NVML errors by function and
+error name, readings left out by GPU, field and reason."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ from collections import Counter
 class ErrorTally:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: Counter[tuple[str, str]] = Counter()
+        self._counts: Counter[tuple[str, ...]] = Counter()
 
-    def record(self, function: str, error: str) -> None:
+    def record(self, *key: str) -> None:
         with self._lock:
-            self._counts[(function, error)] += 1
+            self._counts[key] += 1
 
-    def snapshot(self) -> tuple[tuple[tuple[str, str], int], ...]:
+    def snapshot(self) -> tuple[tuple[tuple[str, ...], int], ...]:
         with self._lock:
             return tuple(sorted(self._counts.items()))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -28,16 +29,17 @@ from exporter.fields.table import PROFILING_FIELDS
 from exporter.nvml.binding import GPU_GONE, PERMANENTLY_UNAVAILABLE, NVMLError, error_name
 from exporter.nvml.guarded_calls import GuardedNvml
 from exporter.nvml.helper import LiveGpu, PeriodicHelper
+from exporter.nvml.rejected_readings import NOT_FINITE, RejectedReadings
 from exporter.nvml.struct_views import plain_type
 from exporter.scrape_cadence import ScrapeCadence
 from exporter.snapshot import GpuSnapshot, ProfilingReadings
 
 log = logging.getLogger(__name__)
 
-# (GPM metric id, ProfilingReadings field, factor from GPM's unit to dcgm-exporter's), from the
-# field table's GPM rows (docs/nvml.md, 'GPM').
-METRICS: tuple[tuple[int, str, float], ...] = tuple(
-    (row.source.metric_id, row.attribute, row.source.factor)
+# (GPM metric id, ProfilingReadings field, factor from GPM's unit to dcgm-exporter's, DCGM field
+# name), from the field table's GPM rows (docs/nvml.md, 'GPM').
+METRICS: tuple[tuple[int, str, float, str], ...] = tuple(
+    (row.source.metric_id, row.attribute, row.source.factor, row.name)
     for row in PROFILING_FIELDS
     if isinstance(row.source, Gpm) and row.attribute is not None
 )
@@ -86,7 +88,7 @@ def _metrics_request() -> Any:
     request = plain_type(pynvml.c_nvmlGpmMetricsGet_t)()
     request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
     request.numMetrics = len(METRICS)
-    for metric, (metric_id, _field, _factor) in zip(request.metrics, METRICS, strict=False):
+    for metric, (metric_id, *_rest) in zip(request.metrics, METRICS, strict=False):
         metric.metricId = metric_id
     return request
 
@@ -96,10 +98,15 @@ class GpmSampler(PeriodicHelper):
     collector = "gpm"
 
     def __init__(
-        self, nvml: GuardedNvml, interval_seconds: float, cadence: ScrapeCadence | None = None
+        self,
+        nvml: GuardedNvml,
+        interval_seconds: float,
+        cadence: ScrapeCadence | None = None,
+        rejected: RejectedReadings | None = None,
     ) -> None:
         super().__init__(interval_seconds)
         self._nvml = nvml
+        self._rejected = rejected or RejectedReadings()
         # None: a sample every interval. Else a sample only when it says, just before a scrape:
         # the metrics are then averages over the time between scrapes (scrape_cadence.py).
         self._cadence = cadence
@@ -265,7 +272,7 @@ class GpmSampler(PeriodicHelper):
             buffers = _Buffers([self._nvml.raw("nvmlGpmSampleAlloc") for _ in range(2)])
             driver.buffers[key] = buffers
         sample = buffers.samples[buffers.turn]
-        _uuid, gi = key
+        uuid, gi = key
         if gi is None:
             self._nvml.raw("nvmlGpmSampleGet", handle, sample)
         else:
@@ -276,16 +283,25 @@ class GpmSampler(PeriodicHelper):
         if buffers.filled < 2:
             return None
         self._check_current(driver)  # the sample call may have been the one that hung
-        return self._metrics(older, sample)
+        return self._metrics(uuid, older, sample)
 
-    def _metrics(self, older: Any, newer: Any) -> ProfilingReadings:
+    def _metrics(self, uuid: str, older: Any, newer: Any) -> ProfilingReadings:
         request = self._request
         request.sample1, request.sample2 = older, newer
         self._nvml.raw("nvmlGpmMetricsGet", request)
         values: dict[str, float] = {}
-        for metric, (_metric_id, name, factor) in zip(request.metrics, METRICS, strict=False):
-            if metric.nvmlReturn == pynvml.NVML_SUCCESS:
-                values[name] = max(0.0, metric.value * factor)
+        rows = zip(request.metrics, METRICS, strict=False)
+        for metric, (_metric_id, name, factor, field_name) in rows:
+            if metric.nvmlReturn != pynvml.NVML_SUCCESS:
+                continue
+            value = metric.value * factor
+            if not math.isfinite(value):
+                # An infinite or NaN average would poison every sum it enters (the per-pod
+                # energy split): no reading this round, and the next finite one stands again.
+                self._rejected.record(uuid, field_name, NOT_FINITE, value)
+                continue
+            # GPM differences two samples; a counter that wrapped reads below zero.
+            values[name] = max(0.0, value)
         return ProfilingReadings(**values)
 
     def _free(self, driver: _DriverState, keys: list[EntityKey]) -> None:

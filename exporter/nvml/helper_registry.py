@@ -13,6 +13,7 @@ from exporter.nvml.helper import PollerHelper
 from exporter.nvml.mig_reader import MigReader
 from exporter.nvml.pcie_sampler import PcieSampler
 from exporter.nvml.process_sampler import ProcessSampler
+from exporter.nvml.rejected_readings import RejectedReadings
 from exporter.nvml.source import NvmlSource
 from exporter.nvml.xid_watcher import XidWatcher
 from exporter.processes.host_pids import HostPidOwners
@@ -38,6 +39,8 @@ class HelperInputs:
     mig: MigReader | None = None
     pid_owners: PidOwners | None = None
     next_scrape_in: NextScrapeIn | None = None
+    # Where helpers count readings they leave out as impossible (None: a tally of their own).
+    rejected: RejectedReadings | None = None
 
 
 # What a poller builds its helpers with: build_helpers, or (in tests) build_helpers and more.
@@ -61,7 +64,9 @@ def build_helpers(inputs: HelperInputs) -> tuple[PollerHelper, ...]:
         if config.xid_enabled
         else None,
         PcieSampler(nvml, config.pcie_interval_seconds) if config.pcie_enabled else None,
-        GpmSampler(nvml, config.interval_seconds, gpm_cadence) if config.gpm_enabled else None,
+        GpmSampler(nvml, config.interval_seconds, gpm_cadence, inputs.rejected)
+        if config.gpm_enabled
+        else None,
         ProcessSampler(
             nvml,
             inputs.mig

@@ -5,6 +5,7 @@ end-to-end tests and `make demo` users can break a running simulated node with c
     POST /-/simulator/gpus/{index}/xid           {"xid": 79, "gpu_instance_id": null}
     POST /-/simulator/gpus/{index}/ecc           {"double_bit": true, "count": 1}
     POST /-/simulator/gpus/{index}/temperature   {"offset_celsius": 25}   (0 clears)
+    POST /-/simulator/gpus/{index}/power-glitch  {"milliwatts": 4294967295, "seconds": 2}
     POST /-/simulator/gpus/{index}/workload      {"workload": "idle"}
     POST /-/simulator/gpus/{index}/unhealthy     {"unhealthy": true}      (device plugin view)
     POST /-/simulator/gpus/{index}/lose | restore | reset
@@ -95,6 +96,14 @@ ACTIONS: dict[str, tuple[dict[str, Field], Action]] = {
     "temperature": (
         {"offset_celsius": Field((int, float), low=-50, high=150, required=True)},
         lambda n, _k, g, b: n.set_temperature_offset(g.index, float(b["offset_celsius"])),
+    ),
+    "power-glitch": (
+        {
+            # Up to NVML's uint32 ceiling, the value a real board's glitch gave.
+            "milliwatts": Field(int, low=0, high=0xFFFFFFFF, required=True),
+            "seconds": Field((int, float), default=2.0, low=0.001, high=3600),
+        },
+        lambda n, _k, g, b: n.glitch_power(g.index, b["milliwatts"], float(b["seconds"])),
     ),
     "workload": ({"workload": Field(str, required=True)}, _workload),
     "unhealthy": ({"unhealthy": Field(bool, required=True)}, _unhealthy),

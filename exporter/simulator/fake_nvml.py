@@ -126,6 +126,20 @@ class FakeNvml(
     def set_temperature_offset(self, index: int, celsius: float) -> None:
         self.gpus[index].temperature_offset_c = celsius
 
+    def glitch_power(self, index: int, milliwatts: int, seconds: float) -> None:
+        """Board power reads `milliwatts` for the next `seconds` of simulated time, whatever the
+        board draws; its energy counter goes on counting the real draw."""
+        now = self.now()
+        self.gpus[index].power_glitch = (milliwatts, now, now + seconds)
+
+    def glitch_gpm(
+        self, index: int, value: float, seconds: float, gpu_instance_id: int | None = None
+    ) -> None:
+        """Every GPM metric of the board (or of one MIG GPU instance) reads `value` (+Inf, NaN)
+        for samples taken in the next `seconds` of simulated time."""
+        now = self.now()
+        self.gpus[index].gpm_glitches[gpu_instance_id] = (value, now, now + seconds)
+
     def set_workload(self, index: int, workload: str) -> None:
         """Switch a GPU's activity (e.g. to "idle": its pod stops using it). Pods stay put."""
         if workload not in SHAPES:

@@ -11,6 +11,7 @@ from typing import Any
 
 from exporter import small_yaml
 from exporter.config import NODE_NAME
+from exporter.errors import quoted_path
 from exporter.simulator.gpu_models import MODELS, GpuModel, find_model
 from exporter.simulator.mig_layout import MigLayoutError, PlacedInstance, place
 
@@ -109,12 +110,12 @@ def resolve_fleet(name_or_path: str | None) -> FleetSpec:
 
 
 def load_fleet(path: str | Path) -> FleetSpec:
-    path = Path(path)
+    source = f"fleet file {quoted_path(path)}"
     try:
-        text = small_yaml.read_text(path, MAX_FILE_BYTES)
+        text = small_yaml.read_text(Path(path), MAX_FILE_BYTES)
     except small_yaml.YamlRefused as exc:
-        raise FleetError(f"fleet file {path}: {exc}") from None
-    return parse_fleet(text, f"fleet file {path}")
+        raise FleetError(f"{source}: {exc}") from None
+    return parse_fleet(text, source)
 
 
 def parse_fleet(text: str, source: str) -> FleetSpec:

@@ -106,6 +106,13 @@ class SimGpu:
         # Faults and slow-moving state.
         self.lost = False
         self.temperature_offset_c = 0.0
+        # (mW, from, until): board power as NVML reports it reads this in [from, until) of
+        # simulated time, while the board draws, and its energy counter counts, what it really
+        # does (a glitched sensor read, as a real board has given 0xFFFFFFFF mW).
+        self.power_glitch: tuple[int, float, float] | None = None
+        # GPU instance (None: the whole board) -> (value, from, until): every GPM metric of that
+        # entity whose later sample falls in [from, until) reads this (+Inf, NaN...).
+        self.gpm_glitches: dict[int | None, tuple[float, float, float]] = {}
         self.ecc_enabled = spec.ecc
         self.ecc_sbe_volatile = 0
         self.ecc_dbe_volatile = 0
@@ -163,6 +170,14 @@ class SimGpu:
     def power_average_mw(self, t: float) -> int:
         """The draw averaged over the last second, as the boards that keep an average report."""
         return int(sum(self.power_mw(t - k / 4) for k in range(5)) / 5)
+
+    def reported_power_mw(self, t: float, averaged: bool) -> int:
+        """Board power as NVML answers it: the 1 s average or the instantaneous draw, unless a
+        glitch is injected for this moment."""
+        glitch = self.power_glitch
+        if glitch is not None and glitch[1] <= t < glitch[2]:
+            return glitch[0]
+        return self.power_average_mw(t) if averaged else self.power_mw(t)
 
     def power_mw(self, t: float) -> int:
         u = self.utilization(t)

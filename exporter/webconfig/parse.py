@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter import small_yaml
-from exporter.errors import ConfigurationError
+from exporter.errors import ConfigurationError, quoted, quoted_path
 from exporter.webconfig.settings import TlsSettings, WebSecurity
 from exporter.webconfig.tls import ssl_context
 
@@ -57,14 +57,15 @@ REFUSED_KEYS = {"rate_limit", "cert", "key", "client_ca"}
 class _Reader:
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.shown = quoted_path(path)
         self.warnings: list[str] = []
 
     def warn(self, message: str) -> None:
-        self.warnings.append(f"web config {self.path}: {message}")
+        self.warnings.append(f"web config {self.shown}: {message}")
 
     def fail(self, key: str, message: str) -> ConfigurationError:
         where = f"{key}: " if key else ""
-        return ConfigurationError(f"web config {self.path}: {where}{message}")
+        return ConfigurationError(f"web config {self.shown}: {where}{message}")
 
     def mapping(self, value: Any, key: str, allowed: set[str]) -> dict[str, Any]:
         if value is None:
@@ -73,7 +74,7 @@ class _Reader:
             raise self.fail(key, f"expected a mapping, got {type(value).__name__}")
         for name in value:
             if name not in allowed:
-                dotted = f"{key}.{name}" if key else str(name)
+                dotted = f"{key}.{quoted(str(name))}" if key else quoted(str(name))
                 offered = ", ".join(sorted(allowed - REFUSED_KEYS))
                 raise self.fail(dotted, f"unknown key (allowed: {offered})")
         return value
@@ -88,17 +89,18 @@ class _Reader:
         named here rather than in OpenSSL's one error for the certificate and key together."""
         # Relative paths are relative to the web config file, as in exporter-toolkit.
         path = self.path.parent / self.string(value, key)
+        shown = quoted_path(path)
         if not path.exists():
-            raise self.fail(key, f"{path} does not exist")
+            raise self.fail(key, f"{shown} does not exist")
         try:
             # Bounded, and a regular file only: a FIFO or /dev/zero here would hang or fill memory.
             data = small_yaml.read_bytes(path, MAX_PEM_BYTES)
         except small_yaml.YamlRefused as exc:
-            raise self.fail(key, f"{path}: {exc}") from None
+            raise self.fail(key, f"{shown}: {exc}") from None
         if not PEM[kind].search(data):
-            raise self.fail(key, f"{path} holds no PEM {kind}")
+            raise self.fail(key, f"{shown} holds no PEM {kind}")
         if kind == "private key" and b"ENCRYPTED" in data:
-            raise self.fail(key, f"{path}: encrypted private keys are not supported")
+            raise self.fail(key, f"{shown}: encrypted private keys are not supported")
         return path
 
 
@@ -186,7 +188,7 @@ def _users(reader: _Reader, value: Any) -> dict[str, bytes]:
         raise reader.fail(section, f"expected a mapping of user: bcrypt hash, got {got}")
     users: dict[str, bytes] = {}
     for user, hashed in value.items():
-        key = f"{section}.{user}"
+        key = f"{section}.{quoted(str(user))}"
         if not isinstance(user, str) or not user or ":" in user:
             raise reader.fail(key, "a user name must be a non-empty string without ':'")
         if not isinstance(hashed, str) or not BCRYPT_HASH.match(hashed):
@@ -211,8 +213,9 @@ def _headers(reader: _Reader, value: Any) -> tuple[tuple[str, str], ...]:
         raise reader.fail(f"{section}.headers", "expected a mapping of header: value")
     pairs = []
     for name, text in headers.items():
-        short = isinstance(name, str) and len(name) <= small_yaml.SHOWN_CHARS
-        key = f"{section}.headers.{name if short else small_yaml.shown(name)}"
+        key = (
+            f"{section}.headers.{quoted(name) if isinstance(name, str) else small_yaml.shown(name)}"
+        )
         if not isinstance(name, str) or not HEADER_NAME.match(name):
             raise reader.fail(key, "is not a valid HTTP header name")
         if name not in SETTABLE_HEADERS:

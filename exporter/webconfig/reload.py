@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter.errors import ConfigurationError
+from exporter.errors import ConfigurationError, quoted_path
 from exporter.webconfig.parse import PEM, load_web_config
 from exporter.webconfig.settings import WebSecurity
 
@@ -121,7 +121,10 @@ class WebConfigReloader:
                 connection.context = self._current
         except Exception:
             # A problem here must not fail the handshake: the last good certificate still serves.
-            log.exception("checking web config %s for new certificates failed", self._live.source)
+            log.exception(
+                "checking web config %s for new certificates failed",
+                quoted_path(self._live.source),
+            )
 
     def check(self) -> None:
         """Re-read the web config if one of its files changed, at most once per interval."""
@@ -140,15 +143,15 @@ class WebConfigReloader:
         return self._load(_signature(_files(self._live)), why, always_log=True)
 
     def _load(self, signature: Signature, why: str, *, always_log: bool) -> bool:
-        source = self._live.source
         try:
-            new = load_web_config(source)
+            new = load_web_config(self._live.source)
         except ConfigurationError as exc:
             if always_log or signature != self._refused:
                 log.error("%s (re-read as %s); still serving the last good one", exc, why)
             self._refused = signature
             return False
         self._refused = None
+        source = quoted_path(self._live.source)
         # Stat()ed before reading, so a change made while reading is seen at the next check; only
         # files the old config did not name are stat()ed after.
         files = _files(new)
@@ -176,7 +179,7 @@ class WebConfigReloader:
                 "web config %s re-read (%s): new TLS connections get certificate %s (sha256 %s)%s",
                 source,
                 why,
-                new.tls.cert_file,
+                quoted_path(new.tls.cert_file),
                 fingerprint(new.tls.cert_file),
                 applied,
             )

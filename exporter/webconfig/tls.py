@@ -5,7 +5,8 @@ from __future__ import annotations
 import ssl
 from collections.abc import Callable
 
-from exporter.errors import ConfigurationError
+from exporter import small_yaml
+from exporter.errors import ConfigurationError, quoted_path
 from exporter.webconfig.settings import TlsSettings
 
 VERSIONS = {
@@ -33,7 +34,9 @@ def ssl_context(tls: TlsSettings, fail: Fail) -> ssl.SSLContext:
         if value is None:
             continue
         if value not in VERSIONS:
-            raise fail(f"{key}.{name}", f"{value!r} is not one of {', '.join(VERSIONS)}")
+            raise fail(
+                f"{key}.{name}", f"{small_yaml.shown(value)} is not one of {', '.join(VERSIONS)}"
+            )
         setattr(
             context,
             "minimum_version" if name == "min_version" else "maximum_version",
@@ -45,9 +48,8 @@ def ssl_context(tls: TlsSettings, fail: Fail) -> ssl.SSLContext:
         # A password, even empty, keeps OpenSSL from prompting on the terminal for one.
         context.load_cert_chain(tls.cert_file, tls.key_file, password=b"")
     except (ssl.SSLError, OSError) as exc:
-        raise fail(
-            f"{key}.cert_file", f"{tls.cert_file} and {tls.key_file} do not load: {exc}"
-        ) from None
+        cert, private = quoted_path(tls.cert_file), quoted_path(tls.key_file)
+        raise fail(f"{key}.cert_file", f"{cert} and {private} do not load: {exc}") from None
     mode = tls.client_auth_type
     if mode in UNVERIFIED_MODES:
         raise fail(
@@ -56,7 +58,10 @@ def ssl_context(tls: TlsSettings, fail: Fail) -> ssl.SSLContext:
             "VerifyClientCertIfGiven or RequireAndVerifyClientCert with client_ca_file",
         )
     if mode not in VERIFY_MODES:
-        raise fail(f"{key}.client_auth_type", f"{mode!r} is not one of {', '.join(VERIFY_MODES)}")
+        raise fail(
+            f"{key}.client_auth_type",
+            f"{small_yaml.shown(mode)} is not one of {', '.join(VERIFY_MODES)}",
+        )
     if mode == "NoClientCert":
         if tls.client_ca_file:
             raise fail(f"{key}.client_ca_file", "is set but client_auth_type is NoClientCert")
@@ -70,6 +75,8 @@ def ssl_context(tls: TlsSettings, fail: Fail) -> ssl.SSLContext:
     try:
         context.load_verify_locations(cafile=tls.client_ca_file)
     except (ssl.SSLError, OSError) as exc:
-        raise fail(f"{key}.client_ca_file", f"{tls.client_ca_file} does not load: {exc}") from None
+        raise fail(
+            f"{key}.client_ca_file", f"{quoted_path(tls.client_ca_file)} does not load: {exc}"
+        ) from None
     context.verify_mode = VERIFY_MODES[mode]
     return context

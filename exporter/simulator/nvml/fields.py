@@ -56,11 +56,11 @@ class FieldCalls(NvmlCore):
         if model is not None:
             return model(gpu, t)
         if field_id == _FIELD_POWER_INSTANT:
-            return gpu.power_mw(t)
+            return gpu.reported_power_mw(t, averaged=False)
         if field_id == _FIELD_POWER_AVERAGE:
             if not gpu.model.averaged_power:
                 raise Unsupported
-            return gpu.power_average_mw(t)
+            return gpu.reported_power_mw(t, averaged=True)
         if field_id == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
             if not gpu.model.nvlink_links:
                 raise Unsupported

@@ -127,6 +127,9 @@ class GpmCalls(NvmlCore):
             if value is None:
                 metric.nvmlReturn, metric.value = pynvml.NVML_ERROR_NOT_SUPPORTED, 0.0
                 continue
+            glitch = gpu.gpm_glitches.get(first.gpu_instance_id)
+            if glitch is not None and glitch[1] <= second.taken_at < glitch[2]:
+                value = glitch[0]
             metric.nvmlReturn, metric.value = pynvml.NVML_SUCCESS, value
             short, long, unit = gpm_model.metric_names(metric.metricId)
             metric.metricInfo.shortName, metric.metricInfo.longName = short, long

@@ -55,8 +55,7 @@ class SensorCalls(NvmlCore):
 
     @nvml_call()
     def nvmlDeviceGetPowerUsage(self, gpu: SimGpu, instance: None) -> int:
-        t = self.now()
-        return gpu.power_average_mw(t) if gpu.model.averaged_power else gpu.power_mw(t)
+        return gpu.reported_power_mw(self.now(), gpu.model.averaged_power)
 
     @nvml_call()
     def nvmlDeviceGetPowerManagementDefaultLimit(self, gpu: SimGpu, instance: None) -> int:

@@ -1,6 +1,7 @@
 {{/*
 Names, labels and the choices several templates share. Written by hand; what the bundle config
-decides is in _generated.tpl (`make bundle`).
+decides is in _generated.tpl (`make bundle`). What a helper returns is text: the template that
+places it in YAML quotes it (`| quote`), so that no value can add a key where it lands.
 */}}
 
 {{- define "kube-gpu-exporter.name" -}}
@@ -26,15 +27,15 @@ decides is in _generated.tpl (`make bundle`).
 {{- end }}
 
 {{- define "kube-gpu-exporter.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "kube-gpu-exporter.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/name: {{ include "kube-gpu-exporter.name" . | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end }}
 
 {{- define "kube-gpu-exporter.labels" -}}
-helm.sh/chart: {{ include "kube-gpu-exporter.chart" . }}
+helm.sh/chart: {{ include "kube-gpu-exporter.chart" . | quote }}
 {{ include "kube-gpu-exporter.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
 {{- end }}
 
 {{- define "kube-gpu-exporter.serviceAccountName" -}}
@@ -66,7 +67,12 @@ flavours the chart carries. Called with (list $ "rules"|"dashboards").
 {{- if eq $what "rules" }}
 {{- $glob = printf "files/prometheus-rules/dcgm-%s.yaml" $version }}
 {{- end }}
-{{- $found := $root.Files.Glob $glob }}
+{{- /* The version goes into a glob: one the chart does not carry (`*`, say) matches nothing. */}}
+{{- $carried := include "kube-gpu-exporter.bundle.flavours" $root | splitList ", " }}
+{{- $found := dict }}
+{{- if has $version $carried }}
+{{- $found = $root.Files.Glob $glob }}
+{{- end }}
 {{- if not $found }}
 {{- fail (printf "%s: this chart carries the bundle's %s for dcgm-exporter %s only, not for compat.dcgmExporter=%s. Turn %s off, or generate a bundle for that profile (docs/helm.md, 'Rules and dashboards')" (eq $what "rules" | ternary "prometheusRule.enabled" "dashboards.enabled") $what (include "kube-gpu-exporter.bundle.flavours" $root) $version (eq $what "rules" | ternary "prometheusRule" "dashboards")) }}
 {{- end }}
@@ -116,13 +122,13 @@ certificates required). Called with (list $ .Values.livenessProbe).
 {{- define "kube-gpu-exporter.endpoint" -}}
 {{- $root := index . 0 }}
 {{- $monitor := index . 1 }}
-port: {{ include "kube-gpu-exporter.bundle.portName" $root }}
+port: {{ include "kube-gpu-exporter.bundle.portName" $root | quote }}
 path: /metrics
 {{- if eq (include "kube-gpu-exporter.scheme" $root) "https" }}
 scheme: https
 {{- end }}
-interval: {{ $monitor.interval }}
-scrapeTimeout: {{ $monitor.scrapeTimeout }}
+interval: {{ $monitor.interval | quote }}
+scrapeTimeout: {{ $monitor.scrapeTimeout | quote }}
 honorLabels: true
 {{- with $monitor.tlsConfig }}
 tlsConfig:
