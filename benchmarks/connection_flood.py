@@ -9,7 +9,7 @@ connect again at once, so new connections keep arriving for as long as it runs. 
 connects from 127.0.0.2 (another loopback address, so another client to the exporter) and asks
 for /metrics on a new connection each time, as Prometheus does after its connection was cut.
 
-`flood()` is what tests/test_resilience3_web_flood.py uses at a smaller scale.
+`flood()` is what tests/process/test_hostile_clients.py uses at a smaller scale.
 """
 
 from __future__ import annotations

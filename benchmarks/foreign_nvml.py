@@ -7,7 +7,7 @@ queries give by `getattr` on itself, and calls `pynvml.nvmlInitWithFlags` and `n
 through the module; none of it takes an object. To measure it beside ours on the same simulated
 node, the process that runs it replaces pynvml's functions with the simulator's before nvitop is
 imported. Only that process does: nothing in exporter/ or the tests patches pynvml
-(tests/test_import_graph.py holds that, and names this file as the exception).
+(tests/unit/test_import_graph.py holds that, and names this file as the exception).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ bundle/deploy_manifests.py cannot drift apart:
     files/prometheus-rules/       one PrometheusRule spec per flavour (alerts/prometheusrule.yaml)
     files/dashboards/             the provisioned dashboards per flavour (dashboards/provisioned/)
 
-The templates, NOTES.txt, .helmignore and ci/ are written by hand; tests/test_helm_chart.py
+The templates, NOTES.txt, .helmignore and ci/ are written by hand; tests/unit/test_helm_chart.py
 renders them with Helm's own engine (the helm-python-sdk test dependency) and holds the default
 render to deploy/base. The README's and docs/helm.md's values tables are made from values.yaml's
 `# --` comments (values_table) and checked like the generated files.

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import yaml
@@ -220,7 +220,7 @@ def all_artifacts() -> dict[str, str]:
     return files
 
 
-def orphans(files: dict[str, str], root: Path = ROOT) -> list[str]:
+def orphans(files: Mapping[str, str], root: Path = ROOT) -> list[str]:
     """Files in a flavour's own folders, or in the chart's generated ones, that nothing
     generates any more (a deleted test file, a dashboard of a flavour that went)."""
     folders = {
@@ -239,11 +239,12 @@ def orphans(files: dict[str, str], root: Path = ROOT) -> list[str]:
     return sorted(found - set(files))
 
 
-def drifted(root: Path = ROOT) -> list[str]:
+def drifted(root: Path = ROOT, files: Mapping[str, str] | None = None) -> list[str]:
     """Generated files whose committed copy is missing or differs, orphaned flavour files, and
     pages whose values table (bundle/helm_chart.py) is not the chart's values.yaml's, or whose
-    field tables (exporter/fields/docs_table.py) are not the field table's."""
-    files = all_artifacts()
+    field tables (exporter/fields/docs_table.py) are not the field table's. `files`: what
+    all_artifacts() gives, where the caller has it already."""
+    files = all_artifacts() if files is None else files
     stale = [
         path
         for path, content in files.items()

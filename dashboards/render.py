@@ -9,7 +9,7 @@ and schemaVersion 12, which would make Grafana migrate the dashboard on every lo
 - grafana-com/: for the Import UI and grafana.com, with `__inputs` and `__requires`.
 
 Both follow Grafana's own dashboard schema, oldest and newest supported release:
-tests/test_dashboard_schema.py checks them with it, and docs/grafana.md says what it allows
+tests/unit/test_dashboard_schema.py checks them with it, and docs/grafana.md says what it allows
 beyond it and why.
 """
 

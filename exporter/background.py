@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from exporter.backoff import Backoff
+from exporter.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,9 @@ class BackgroundThread:
     restart_initial_seconds = 1.0
     restart_max_seconds = 30.0
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        # What the loop's waits and timings read: the system's, or a test's ManualClock.
+        self._clock = clock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         # Crashes since the last healthy round; the supervisor gives up at the maximum.
@@ -175,7 +178,7 @@ class BackgroundThread:
                 cleanup=False,
             )
             return False
-        self._stop.wait(delay)
+        self._clock.wait(self._stop, delay)
         self.restarts += 1
         return True
 
@@ -206,8 +209,8 @@ class PeriodicSampler(BackgroundThread):
     overdue_after_intervals = 2.0
     overdue_floor_seconds = 10.0
 
-    def __init__(self, interval_seconds: float) -> None:
-        super().__init__()
+    def __init__(self, interval_seconds: float, clock: Clock = SYSTEM_CLOCK) -> None:
+        super().__init__(clock)
         self._interval = interval_seconds
         self._wake = threading.Event()
         self.last_success = True
@@ -227,7 +230,7 @@ class PeriodicSampler(BackgroundThread):
         started = self._round_started_at
         if started is None:
             return None
-        running = time.monotonic() - started
+        running = self._clock.monotonic() - started
         return running if running > self.overdue_limit_seconds else None
 
     @property
@@ -262,8 +265,9 @@ class PeriodicSampler(BackgroundThread):
         self._wake.set()  # the loop waits on the wake event, not on the stop event
 
     def _run(self) -> None:
+        clock = self._clock
         while not self._stop.is_set():
-            started = time.monotonic()
+            started = clock.monotonic()
             # Cleared before the round: a wake() that lands during it asks for one more.
             self._wake.clear()
             self._round_started_at = started
@@ -271,7 +275,7 @@ class PeriodicSampler(BackgroundThread):
                 self.sample_once()
             finally:
                 self._round_started_at = None
-            self.last_duration_seconds = time.monotonic() - started
+            self.last_duration_seconds = clock.monotonic() - started
             if self._overdue_logged == started:
                 log.info(
                     "%s: the overdue round ended after %.1fs",
@@ -280,7 +284,7 @@ class PeriodicSampler(BackgroundThread):
                 )
             self.rounds += 1
             self._progressed()
-            self._wake.wait(max(0.0, self._interval - self.last_duration_seconds))
+            clock.wait(self._wake, self._interval - self.last_duration_seconds)
 
     def _on_crash(self) -> None:
         self.last_success = False

@@ -8,7 +8,8 @@ not retry in the same instant.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -17,12 +18,14 @@ class Backoff:
     max_seconds: float
     jitter: float = 0.2
     failures: int = 0
+    # Where the jitter is drawn from: a seeded random.Random(...).uniform makes it repeatable.
+    uniform: Callable[[float, float], float] = field(default=random.uniform, compare=False)
 
     def failed(self) -> float:
         """Record a failure and return how long to wait before the next attempt."""
         self.failures += 1
         delay = min(self.max_seconds, self.initial_seconds * 2 ** (self.failures - 1))
-        return delay * random.uniform(1 - self.jitter, 1 + self.jitter)
+        return delay * self.uniform(1 - self.jitter, 1 + self.jitter)
 
     def succeeded(self) -> None:
         self.failures = 0

@@ -21,6 +21,7 @@ import pynvml
 
 from exporter.background import BackgroundThread
 from exporter.backoff import Backoff
+from exporter.clock import SYSTEM_CLOCK, Clock
 from exporter.config import CollectionConfig
 from exporter.nvml.binding import GPU_GONE, NVMLError, error_name
 from exporter.nvml.clock_event_counts import ClockEventCounts
@@ -96,11 +97,14 @@ class Poller(BackgroundThread):
         runner: HelperRunner | None = None,
         pid_owners: PidOwners | None = None,
         next_scrape_in: NextScrapeIn | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        """`clock` times what is integrated or due over time (the energy estimate, the slow
-        fields' cadences): the real monotonic clock, or a simulated one that a test steps."""
-        super().__init__()
+        """`clock` times what is integrated, due or retried over time (the energy estimate, the
+        slow fields' cadences, the identity and MIG topology refresh, the clock-event and XID
+        count windows, nvmlInit's backoff, the wait between sweeps, the helpers' rounds): the
+        system's, or a ManualClock a test steps. A sweep's own duration and its snapshot's time
+        are the system's: they say how long NVML took."""
+        super().__init__(clock)
         self._config = config
         self._publish = publish
         self._api = nvml.api
@@ -116,7 +120,7 @@ class Poller(BackgroundThread):
                 config.slow_fields_interval_seconds,
                 config.interval_seconds,
                 next_scrape_in or nobody_scrapes,
-                clock,
+                clock.monotonic,
             )
             if config.slow_fields_interval_seconds > 0
             else None
@@ -124,7 +128,7 @@ class Poller(BackgroundThread):
         energy = (
             EnergyEstimates(
                 config.energy_read_interval_seconds,
-                clock,
+                clock.monotonic,
                 # Two missing samples in a row are bridged at any poll interval.
                 max_gap_seconds=max(MAX_GAP_SECONDS, 3 * config.interval_seconds),
             )
@@ -135,7 +139,7 @@ class Poller(BackgroundThread):
         # before a learnt scrape like the slow fields; 0 reads it every sweep.
         field_cadences = {
             name: ScrapeCadence(
-                seconds, config.interval_seconds, next_scrape_in or nobody_scrapes, clock
+                seconds, config.interval_seconds, next_scrape_in or nobody_scrapes, clock.monotonic
             )
             if seconds > 0
             else None
@@ -150,8 +154,10 @@ class Poller(BackgroundThread):
             field_cadences=field_cadences,
             rejected=self._rejected,
         )
-        self._mig = MigReader(self._nvml, config.mig_refresh_seconds, nvml.expected_refusal)
-        self._clock_events = ClockEventCounts(config.clock_events_count_window_ms)
+        self._mig = MigReader(
+            self._nvml, config.mig_refresh_seconds, nvml.expected_refusal, clock.monotonic
+        )
+        self._clock_events = ClockEventCounts(config.clock_events_count_window_ms, clock.monotonic)
         self._helpers = tuple(
             helpers(
                 HelperInputs(
@@ -164,6 +170,7 @@ class Poller(BackgroundThread):
                     pid_owners=pid_owners,
                     next_scrape_in=next_scrape_in,
                     rejected=self._rejected,
+                    clock=clock,
                 )
             )
         )
@@ -216,14 +223,15 @@ class Poller(BackgroundThread):
         # A sweep or publish that raises ends this loop; BackgroundThread's supervisor logs it
         # once, calls _on_crash and re-enters after a backoff, and gives up (failing /healthz)
         # if the sweeps keep failing.
+        clock = self._clock
         while not self._stop.is_set():
-            started = time.monotonic()
+            started = clock.monotonic()
             snapshot = self.sweep()
             self._publish(snapshot)
             self._published = snapshot
             self._progressed()
-            elapsed = time.monotonic() - started
-            self._stop.wait(max(0.0, self._config.interval_seconds - elapsed))
+            elapsed = clock.monotonic() - started
+            clock.wait(self._stop, self._config.interval_seconds - elapsed)
 
     def _on_crash(self) -> None:
         # The exposition keeps showing the last published snapshot, whose statuses would claim
@@ -258,7 +266,7 @@ class Poller(BackgroundThread):
 
     def _sweep(self) -> NodeSnapshot:
         started = time.monotonic()
-        if not self._initialized and started >= self._next_init_at:
+        if not self._initialized and self._clock.monotonic() >= self._next_init_at:
             self._initialize()
         gpus: tuple[GpuSnapshot, ...] = ()
         nvml_ok = self._initialized
@@ -409,7 +417,7 @@ class Poller(BackgroundThread):
 
     def _identity(self, index: int, handle: Any) -> GpuIdentity:
         cached = self._identities.get(index)
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if cached is not None and now - cached[1] < self._config.mig_refresh_seconds:
             return cached[0]
         identity = self._reader.read_identity(index, handle)
@@ -455,7 +463,7 @@ class Poller(BackgroundThread):
                 log.error("NVML initialisation failed: %s; retrying with backoff", message)
                 self._last_init_error = message
             self._init_failure = f"nvmlInit failed with {error_name(exc)}: {advice or exc}"
-            self._next_init_at = time.monotonic() + self._init_backoff.failed()
+            self._next_init_at = self._clock.monotonic() + self._init_backoff.failed()
             return
         self._initialized = True
         self._init_backoff.succeeded()

@@ -13,7 +13,6 @@ import os
 import signal
 import socket
 import ssl
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -73,7 +72,9 @@ class Handlers:
         self._guard = guard
         # Why the node is not ready beyond being unhealthy (exporter/readiness.py), or None.
         self._readiness = readiness
-        self._started = time.monotonic()
+        # The snapshot's age, here as in its staleness, is read on the store's clock.
+        self._clock = store.clock
+        self._started = self._clock()
 
     async def metrics(self, request: web.Request) -> web.Response:
         store = self._store
@@ -96,7 +97,7 @@ class Handlers:
             return problem
         snapshot = self._store.latest
         since = snapshot.monotonic_at if snapshot else self._started
-        age = time.monotonic() - since
+        age = self._clock() - since
         if age > self._config.health_max_age_seconds:
             what = "last NVML sweep finished" if snapshot else "start, and no sweep has finished"
             return (

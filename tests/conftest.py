@@ -10,6 +10,7 @@ import subprocess
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -22,7 +23,11 @@ from exporter.nvml.source import NvmlSource
 from exporter.poller import Poller
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.fleet import FleetSpec, default_fleet, parse_fleet
+from exporter.simulator.stepped_time import ManualClock
 from exporter.snapshot import NodeSnapshot
+
+if TYPE_CHECKING:
+    from tests.support.fake_kube_api import FakeKubeApi
 
 FAST = CollectionConfig(
     interval_seconds=0.2,
@@ -109,7 +114,7 @@ def joined_with(
     context: AttributionContext = NO_CONTEXT, labels: LabelConfig = LABELS
 ) -> Attributed:
     """The join exporter/app.py hands the store, over a context fixed by the test (without the
-    store's energy ledger: tests/test_pod_energy.py adds one where it is the subject)."""
+    store's energy ledger: tests/unit/test_pod_energy.py adds one where it is the subject)."""
     return lambda snapshot: join(snapshot, context, labels)
 
 
@@ -190,14 +195,14 @@ def start_xid_watch(sim: FakeNvml, poller: Poller) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from tests.tiers import assign_tiers
+    from tests.support.tiers import assign_tiers
 
     assign_tiers(items)
 
 
 @pytest.fixture(autouse=True)
 def _unit_tests_start_no_process(request: pytest.FixtureRequest) -> Iterator[None]:
-    from tests.tiers import refuse_processes_in_unit_tests
+    from tests.support.tiers import refuse_processes_in_unit_tests
 
     yield from refuse_processes_in_unit_tests(request)
 
@@ -219,3 +224,21 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Iterator:
     yield call
     # main() configures logging for the process it thinks it owns.
     root.handlers[:], root.level = handlers, level
+
+
+@pytest.fixture
+def clock() -> Iterator[ManualClock]:
+    """A clock the test moves by hand, for the threads it hands one to."""
+    yield ManualClock()
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeApi]:
+    """The HTTP fake of the Kubernetes API, serving node `NODE` (tests/support/kubernetes.py),
+    started, with nothing in it."""
+    from tests.support.fake_kube_api import FakeKubeApi
+    from tests.support.kubernetes import NODE
+
+    fake = FakeKubeApi(NODE).start()
+    yield fake
+    fake.stop()

@@ -50,6 +50,8 @@ class Exposition:
     render_seconds: float
     # (gzip?) -> (time slot, response bytes); only touched from the event loop.
     _responses: dict[bool, tuple[int, bytes]] = field(default_factory=dict)
+    # What the snapshot's age is read on: the clock its `monotonic_at` was stamped on.
+    clock: Callable[[], float] = time.monotonic
 
     def response(
         self,
@@ -58,7 +60,7 @@ class Exposition:
         connections: Callable[[], ConnectionCounts] | None = None,
     ) -> bytes:
         """The full response body, rebuilt at most once per TAIL_RESOLUTION_SECONDS."""
-        slot = int(time.monotonic() / TAIL_RESOLUTION_SECONDS)
+        slot = int(self.clock() / TAIL_RESOLUTION_SECONDS)
         cached = self._responses.get(gzip)
         if cached is not None and cached[0] == slot:
             return cached[1]
@@ -70,7 +72,7 @@ class Exposition:
     def tail(
         self, stale_after_seconds: float, connections: ConnectionCounts | None = None
     ) -> bytes:
-        age = max(0.0, time.monotonic() - self.snapshot.monotonic_at)
+        age = max(0.0, self.clock() - self.snapshot.monotonic_at)
         stale = age > stale_after_seconds
         return Renderer.render_tail(age, stale, self.render_seconds, connections).encode()
 
@@ -88,10 +90,13 @@ Attributed = Callable[[NodeSnapshot], AttributedNode]
 
 
 def build_exposition(
-    snapshot: NodeSnapshot, renderer: Renderer, attributed: Attributed
+    snapshot: NodeSnapshot,
+    renderer: Renderer,
+    attributed: Attributed,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Exposition:
     """`snapshot` joined and rendered; the join is timed with the render, as the per-snapshot
-    cost that the render duration reports."""
+    cost that the render duration reports. `clock` is what the snapshot's age is read on."""
     started = time.perf_counter()
     try:
         node = attributed(snapshot)
@@ -103,12 +108,16 @@ def build_exposition(
     body = renderer.render_body(node).encode("utf-8", "replace")
     compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, _GZIP_WBITS)
     head = compressor.compress(body) + compressor.flush(zlib.Z_SYNC_FLUSH)
-    return Exposition(snapshot, body, head, compressor, time.perf_counter() - started)
+    return Exposition(snapshot, body, head, compressor, time.perf_counter() - started, clock=clock)
 
 
 class ExpositionStore:
     """The latest snapshot and its exposition. Both are replaced by reference, so readers never
-    see a half-built one."""
+    see a half-built one.
+
+    `clock` is what a snapshot's age (staleness, and /healthz's limit) is read on, so it must be
+    the clock snapshots are stamped on: the system's, as the poller stamps them. A test that
+    steps time stamps the snapshots it publishes on its own clock and hands that clock here."""
 
     def __init__(
         self,
@@ -117,12 +126,14 @@ class ExpositionStore:
         *,
         interval_seconds: float = 0.0,
         schedule: ScrapeSchedule | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._renderer = renderer
         self._attributed = attributed
         # How long a published snapshot stays the newest; 0 renders every snapshot.
         self._interval = interval_seconds
-        self.schedule = schedule or ScrapeSchedule()
+        self.clock = clock
+        self.schedule = schedule or ScrapeSchedule(clock)
         self._render_lock = threading.Lock()
         self.current: Exposition | None = None
         # The newest snapshot; ahead of `current` while it waits unrendered.
@@ -159,6 +170,6 @@ class ExpositionStore:
             snapshot = self.latest
             current = self.current
             if snapshot is not None and (current is None or current.snapshot is not snapshot):
-                current = build_exposition(snapshot, self._renderer, self._attributed)
+                current = build_exposition(snapshot, self._renderer, self._attributed, self.clock)
                 self.current = current
             return current

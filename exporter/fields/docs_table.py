@@ -26,7 +26,7 @@ from exporter.fields.table import (
 TABLE_SOURCE = "exporter/fields/table.py"
 
 # The rename table's source column in the words docs/dcgm-exporter-compatibility.md explains
-# above it; tests/test_dcgm_profiles.py reads them back.
+# above it; tests/unit/test_dcgm_profiles.py reads them back.
 SOURCE_WORDS = {
     DCGM_ALIAS: "DCGM alias",
     GO_DCGM_FIELD: "go-dcgm field",

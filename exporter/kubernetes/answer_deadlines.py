@@ -79,6 +79,7 @@ class _HeadersWithin:
     HEADERS_SECONDS at most, or the socket is shut down under the read."""
 
     _headers_deadline: Deadline | None = None
+    headers_seconds: float = HEADERS_SECONDS
 
     def _abandon_headers(self) -> None:
         sock = getattr(self, "sock", None)
@@ -87,7 +88,7 @@ class _HeadersWithin:
                 sock.shutdown(socket.SHUT_RDWR)
 
     def request(self, *args: Any, **kwargs: Any) -> Any:
-        self._headers_deadline = Deadline(HEADERS_SECONDS, self._abandon_headers).__enter__()
+        self._headers_deadline = Deadline(self.headers_seconds, self._abandon_headers).__enter__()
         try:
             return super().request(*args, **kwargs)  # type: ignore[misc]
         except BaseException:
@@ -106,17 +107,19 @@ class _HeadersWithin:
             deadline.__exit__(None, None, None)
 
 
-def _bounded(pool_class: Any) -> type:
+def _bounded(pool_class: Any, headers_seconds: float) -> type:
     connection = pool_class.ConnectionCls
     bounded_connection = type(
-        f"HeadersWithin{connection.__name__}", (_HeadersWithin, connection), {}
+        f"HeadersWithin{connection.__name__}",
+        (_HeadersWithin, connection),
+        {"headers_seconds": headers_seconds},
     )
     return type(
         f"HeadersWithin{pool_class.__name__}", (pool_class,), {"ConnectionCls": bounded_connection}
     )
 
 
-def bound_answers(pool_manager: Any) -> None:
+def bound_answers(pool_manager: Any, headers_seconds: float = HEADERS_SECONDS) -> None:
     """Make every connection the client's pool manager opens from now on keep the headers
     deadline, and make no request again on its own. The pool classes (plain, TLS, or a proxy's)
     are subclassed with a connection class that enforces the deadline: urllib3 documents
@@ -126,7 +129,9 @@ def bound_answers(pool_manager: Any) -> None:
     classes = pool_manager.pool_classes_by_scheme
     if all(issubclass(cls.ConnectionCls, _HeadersWithin) for cls in classes.values()):
         return
-    pool_manager.pool_classes_by_scheme = {scheme: _bounded(cls) for scheme, cls in classes.items()}
+    pool_manager.pool_classes_by_scheme = {
+        scheme: _bounded(cls, headers_seconds) for scheme, cls in classes.items()
+    }
     pool_manager.connection_pool_kw["retries"] = False
     # Pools made before now keep their plain connections: start over with the new classes.
     pool_manager.clear()

@@ -22,7 +22,12 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from exporter.kubernetes.answer_deadlines import Deadline, bound_answers, shut_down
+from exporter.kubernetes.answer_deadlines import (
+    HEADERS_SECONDS,
+    Deadline,
+    bound_answers,
+    shut_down,
+)
 from exporter.kubernetes.api_answers import read_prefix
 
 # The Status object the API server sends with an error is a few hundred bytes.
@@ -49,11 +54,17 @@ class OpenAnswers:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._open: set[Any] = set()
+        self._shut = False
 
     @contextlib.contextmanager
     def holding(self, response: Any) -> Iterator[Any]:
         with self._lock:
             self._open.add(response)
+            shut = self._shut
+        if shut:
+            # An answer whose request was under way when everything was shut down: a read
+            # of it would otherwise wait for the server, up to a watch's whole timeout.
+            shut_down(response)()
         try:
             yield response
         finally:
@@ -61,7 +72,9 @@ class OpenAnswers:
                 self._open.discard(response)
 
     def shut_down_all(self) -> None:
+        """Shut down every answer being read, and, from now on, every answer as it is held."""
         with self._lock:
+            self._shut = True
             answers = list(self._open)
         for response in answers:
             shut_down(response)()
@@ -76,10 +89,17 @@ def close(response: Any) -> None:
 
 
 class ApiGetter:
-    def __init__(self, api_client: Any, answers: OpenAnswers) -> None:
+    def __init__(
+        self,
+        api_client: Any,
+        answers: OpenAnswers,
+        headers_seconds: float = HEADERS_SECONDS,
+        error_body_seconds: float = ERROR_BODY_SECONDS,
+    ) -> None:
         self._client = api_client
         self._answers = answers
-        bound_answers(api_client.rest_client.pool_manager)
+        self._error_body_seconds = error_body_seconds
+        bound_answers(api_client.rest_client.pool_manager, headers_seconds)
 
     def open(
         self, path: str, query: Sequence[tuple[str, str]], read_timeout: float, what: str
@@ -105,7 +125,7 @@ class ApiGetter:
         try:
             with (
                 self._answers.holding(response),
-                Deadline(ERROR_BODY_SECONDS, shut_down(response)) as deadline,
+                Deadline(self._error_body_seconds, shut_down(response)) as deadline,
             ):
                 body = read_prefix(response, MAX_ERROR_BYTES, deadline)
         except Exception:  # a broken error body is still the error it was

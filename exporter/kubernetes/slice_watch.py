@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Protocol
 
 from exporter.background import BackgroundThread
+from exporter.clock import Clock
 from exporter.dra.names import NVIDIA_GPU_DRIVER
 from exporter.dra.slices import (
     MAX_SLICES_PER_NODE,
@@ -90,6 +90,7 @@ class SliceWatchOwner(Protocol):
 
     _stop: threading.Event
     _node: str
+    _clock: Clock
 
     def _watch_forever(self, one_round: Callable[[], None], synced_field: str) -> None: ...
 
@@ -123,7 +124,7 @@ class SliceWatchThread(BackgroundThread):
     thread_name = "kubernetes-resourceslices"
 
     def __init__(self, owner: SliceWatchOwner, recheck_seconds: float) -> None:
-        super().__init__()
+        super().__init__(owner._clock)
         self._stop = owner._stop
         self._owner = owner
         self._recheck = recheck_seconds
@@ -178,7 +179,7 @@ class SliceWatchThread(BackgroundThread):
         self._owner._update(resource_slices=MappingProxyType({}), slices_synced=None)
         # Not a failure: the thread is doing what it should.
         self._progressed()
-        self._stop.wait(self._recheck)
+        self._clock.wait(self._stop, self._recheck)
 
     def _publish(self, store: SliceStore, *, synced: bool = True) -> None:
         if store.refused and not self._said_full:
@@ -188,7 +189,7 @@ class SliceWatchThread(BackgroundThread):
                 NVIDIA_GPU_DRIVER,
             )
             self._said_full = True
-        self._owner._update(resource_slices=store.offered(), slices_updated_at=time.time())
+        self._owner._update(resource_slices=store.offered(), slices_updated_at=self._clock.time())
         if synced:
             self._owner._update(slices_synced=True)
 
@@ -211,6 +212,6 @@ class SliceWatchThread(BackgroundThread):
                 store.apply(kind, obj)
                 self._publish(store)
             else:
-                self._owner._update(slices_synced=True, slices_updated_at=time.time())
+                self._owner._update(slices_synced=True, slices_updated_at=self._clock.time())
 
         self._owner._watch(path, selector, version, on_event, "the ResourceSlice watch", SYNCED)

@@ -41,6 +41,7 @@ import urllib3.exceptions
 
 from exporter.background import BackgroundThread
 from exporter.backoff import Backoff
+from exporter.clock import SYSTEM_CLOCK, Clock
 from exporter.kubernetes.answer_deadlines import HEADERS_SECONDS, Deadline, shut_down
 from exporter.kubernetes.api_answers import (
     MAX_NODE_LIST_BYTES,
@@ -49,7 +50,7 @@ from exporter.kubernetes.api_answers import (
     list_answer,
     read_body,
 )
-from exporter.kubernetes.api_requests import ApiGetter, OpenAnswers, close
+from exporter.kubernetes.api_requests import ERROR_BODY_SECONDS, ApiGetter, OpenAnswers, close
 from exporter.kubernetes.pod_metadata import (
     EMPTY_VIEW,
     SERIES_DROP_REASONS,
@@ -110,7 +111,7 @@ class _NodeWatchThread(BackgroundThread):
     thread_name = "kubernetes-node"
 
     def __init__(self, owner: KubernetesWatcher) -> None:
-        super().__init__()
+        super().__init__(owner._clock)
         self._stop = owner._stop
         self._owner = owner
 
@@ -138,8 +139,14 @@ class KubernetesWatcher(BackgroundThread):
         watch_resource_slices: bool = False,
         no_dra_recheck_seconds: float = NO_DRA_RECHECK_SECONDS,
         healthy_round_seconds: float = HEALTHY_ROUND_SECONDS,
+        error_body_seconds: float = ERROR_BODY_SECONDS,
+        headers_seconds: float = HEADERS_SECONDS,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__()
+        """`clock` is what backoffs, rounds and refreshes are timed by; the deadlines on an
+        answer being read (`list_timeout_seconds`, the watch's timeout and stall grace,
+        `error_body_seconds`, `headers_seconds`) are the sockets' own, on the system's."""
+        super().__init__(clock)
         self._factory = api_client_factory
         self._node = node_name
         # series_labels: --kubernetes.enable-pod-labels, the pod labels on the DCGM series too.
@@ -175,7 +182,9 @@ class KubernetesWatcher(BackgroundThread):
         # A healthy watch is refreshed at least this often: the server ends each watch within
         # its timeout, the stall grace abandons one it does not end, and the next one is
         # answered within the headers' deadline.
-        self._refresh_bound = watch_timeout_seconds + stall_grace_seconds + HEADERS_SECONDS
+        self._refresh_bound = watch_timeout_seconds + stall_grace_seconds + headers_seconds
+        self._error_body_seconds = error_body_seconds
+        self._headers_seconds = headers_seconds
 
     # ---- lifecycle ----
 
@@ -217,7 +226,7 @@ class KubernetesWatcher(BackgroundThread):
             "node_synced": self._node_watch,
             "slices_synced": self._slice_watch,
         }
-        now = time.monotonic()
+        now = self._clock.monotonic()
         stale: dict[str, Any] = {}
         for synced_field, thread in threads.items():
             if not getattr(view, synced_field) or thread is None:
@@ -228,7 +237,7 @@ class KubernetesWatcher(BackgroundThread):
         return replace(view, **stale) if stale else view
 
     def _refresh(self, synced_field: str) -> None:
-        self._refreshed[synced_field] = time.monotonic()
+        self._refreshed[synced_field] = self._clock.monotonic()
 
     def _on_crash(self) -> None:
         self._update(pods_synced=False)
@@ -267,7 +276,9 @@ class KubernetesWatcher(BackgroundThread):
         client = self._api_client()
         with self._lock:
             if self._getter_made is None:
-                self._getter_made = ApiGetter(client, self._answers)
+                self._getter_made = ApiGetter(
+                    client, self._answers, self._headers_seconds, self._error_body_seconds
+                )
             return self._getter_made
 
     # ---- the retry loop shared by the watches ----
@@ -281,8 +292,9 @@ class KubernetesWatcher(BackgroundThread):
         backoff = Backoff(0.5, self._max_backoff)
         last_error = ""
         expected = _expected_errors()
+        clock = self._clock
         while not self._stop.is_set():
-            started = time.monotonic()
+            started = clock.monotonic()
             try:
                 one_round()
                 backoff.succeeded()
@@ -309,9 +321,9 @@ class KubernetesWatcher(BackgroundThread):
                         threading.current_thread().name,
                     )
                     last_error = message
-            if time.monotonic() - started >= self._healthy_round:
+            if clock.monotonic() - started >= self._healthy_round:
                 backoff.succeeded()
-            self._stop.wait(backoff.failed())
+            clock.wait(self._stop, backoff.failed())
 
     def _list(
         self,
@@ -368,7 +380,7 @@ class KubernetesWatcher(BackgroundThread):
             self._refresh(synced_field)
             if synced_on_open:
                 self._update(**{synced_field: True})
-            started, delivered = time.monotonic(), False
+            started, delivered = self._clock.monotonic(), False
             try:
                 with getter.holding(stream.response):
                     for kind, obj in stream.events():
@@ -381,10 +393,10 @@ class KubernetesWatcher(BackgroundThread):
                 stream.close()
             self._refresh(synced_field)
             version = stream.resource_version or version
-            if delivered or time.monotonic() - started >= EMPTY_WATCH_SECONDS:
+            if delivered or self._clock.monotonic() - started >= EMPTY_WATCH_SECONDS:
                 empty.succeeded()
             else:
-                self._stop.wait(empty.failed())
+                self._clock.wait(self._stop, empty.failed())
 
     # ---- pods of this node ----
 
@@ -410,7 +422,7 @@ class KubernetesWatcher(BackgroundThread):
         self._count_series_drops(series_dropped)
         # Synced once the watch from this list is answered (_watch), not before: a LIST whose
         # watch then fails left a view that nothing keeps current.
-        self._update(pods=MappingProxyType(pods), pods_updated_at=time.time())
+        self._update(pods=MappingProxyType(pods), pods_updated_at=self._clock.time())
         self._progressed()
 
         def on_event(kind: str, obj: dict) -> None:
@@ -426,7 +438,7 @@ class KubernetesWatcher(BackgroundThread):
                         self._count_series_drops(left_out)
                     current[key] = meta
                 self._update(pods=MappingProxyType(current))
-            self._update(pods_synced=True, pods_updated_at=time.time())
+            self._update(pods_synced=True, pods_updated_at=self._clock.time())
 
         self._watch(PODS_PATH, selector, version, on_event, "the pods watch", "pods_synced")
 
@@ -438,7 +450,7 @@ class KubernetesWatcher(BackgroundThread):
             NODES_PATH, selector, "the node LIST", MAX_NODE_LIST_BYTES, _as_is, "node_synced"
         )
         labels = node_gpu_labels(items[0]) if items else ()
-        self._update(node_labels=labels, node_updated_at=time.time())
+        self._update(node_labels=labels, node_updated_at=self._clock.time())
         if not items:
             self._update(node_synced=False)
         self._node_watch._progressed()
@@ -448,7 +460,7 @@ class KubernetesWatcher(BackgroundThread):
                 self._update(node_labels=node_gpu_labels(obj), node_synced=True)
             elif kind == "DELETED":
                 self._update(node_labels=(), node_synced=False)
-            self._update(node_updated_at=time.time())
+            self._update(node_updated_at=self._clock.time())
 
         self._watch(
             NODES_PATH,

@@ -24,6 +24,7 @@ from typing import Any
 
 import pynvml
 
+from exporter.clock import SYSTEM_CLOCK, Clock
 from exporter.fields.model import Gpm
 from exporter.fields.table import PROFILING_FIELDS
 from exporter.nvml.binding import GPU_GONE, PERMANENTLY_UNAVAILABLE, NVMLError, error_name
@@ -103,8 +104,9 @@ class GpmSampler(PeriodicHelper):
         interval_seconds: float,
         cadence: ScrapeCadence | None = None,
         rejected: RejectedReadings | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__(interval_seconds)
+        super().__init__(interval_seconds, clock)
         self._nvml = nvml
         self._rejected = rejected or RejectedReadings()
         # None: a sample every interval. Else a sample only when it says, just before a scrape:

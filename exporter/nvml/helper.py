@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
 from exporter.background import PeriodicSampler
+from exporter.clock import SYSTEM_CLOCK, Clock
 from exporter.snapshot import CollectorStatus, GpuSnapshot
 
 
@@ -89,8 +90,8 @@ class PeriodicHelper(PeriodicSampler):
     collector: str = ""
     needs_thread: ClassVar[bool] = False
 
-    def __init__(self, interval_seconds: float) -> None:
-        super().__init__(interval_seconds)
+    def __init__(self, interval_seconds: float, clock: Clock = SYSTEM_CLOCK) -> None:
+        super().__init__(interval_seconds, clock)
         self._nvml_up = False
         self._tracked: frozenset[LiveGpu] = frozenset()
 

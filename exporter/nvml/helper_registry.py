@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from exporter.clock import SYSTEM_CLOCK, Clock
 from exporter.config import CollectionConfig
 from exporter.nvml.error_tally import ErrorTally
 from exporter.nvml.gpm_sampler import GpmSampler
@@ -41,6 +42,8 @@ class HelperInputs:
     next_scrape_in: NextScrapeIn | None = None
     # Where helpers count readings they leave out as impossible (None: a tally of their own).
     rejected: RejectedReadings | None = None
+    # What their rounds and retries wait on.
+    clock: Clock = SYSTEM_CLOCK
 
 
 # What a poller builds its helpers with: build_helpers, or (in tests) build_helpers and more.
@@ -51,8 +54,11 @@ def build_helpers(inputs: HelperInputs) -> tuple[PollerHelper, ...]:
     """One line per helper: a new helper is its module plus a line here. The order is the order
     of the snapshot's `collectors`, which users see in the exposition."""
     config, nvml, next_scrape_in = inputs.config, inputs.nvml, inputs.next_scrape_in
+    clock = inputs.clock
     gpm_cadence = (
-        None if next_scrape_in is None else helper_cadence(config.interval_seconds, next_scrape_in)
+        None
+        if next_scrape_in is None
+        else helper_cadence(config.interval_seconds, next_scrape_in, clock.monotonic)
     )
     helpers: list[PollerHelper | None] = [
         XidWatcher(
@@ -60,19 +66,23 @@ def build_helpers(inputs: HelperInputs) -> tuple[PollerHelper, ...]:
             inputs.tally,
             inputs.on_mig_change,
             window_ms=config.xid_count_window_ms,
+            clock=clock,
         )
         if config.xid_enabled
         else None,
-        PcieSampler(nvml, config.pcie_interval_seconds) if config.pcie_enabled else None,
-        GpmSampler(nvml, config.interval_seconds, gpm_cadence, inputs.rejected)
+        PcieSampler(nvml, config.pcie_interval_seconds, clock) if config.pcie_enabled else None,
+        GpmSampler(nvml, config.interval_seconds, gpm_cadence, inputs.rejected, clock)
         if config.gpm_enabled
         else None,
         ProcessSampler(
             nvml,
             inputs.mig
-            or MigReader(nvml, config.mig_refresh_seconds, inputs.source.expected_refusal),
-            inputs.pid_owners or HostPidOwners(config.proc_root, config.log_root),
+            or MigReader(
+                nvml, config.mig_refresh_seconds, inputs.source.expected_refusal, clock.monotonic
+            ),
+            inputs.pid_owners or HostPidOwners(config.proc_root, config.log_root, clock.monotonic),
             config.interval_seconds,
+            clock,
         )
         if config.processes_enabled
         else None,

@@ -16,7 +16,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -78,9 +78,15 @@ class _Topology:
 
 class MigReader:
     def __init__(
-        self, nvml: GuardedNvml, refresh_seconds: float, expected_refusal: str | None = None
+        self,
+        nvml: GuardedNvml,
+        refresh_seconds: float,
+        expected_refusal: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._nvml = nvml
+        # What the topology's refresh timer reads: the poller's clock, so a test can step it.
+        self._clock = clock
         # NvmlSource.expected_refusal: why a refusal of the GPU-instance queries is intended.
         self._expected_refusal = expected_refusal
         self._refresh_seconds = refresh_seconds
@@ -131,7 +137,7 @@ class MigReader:
         return tuple((s.uuid, s.gpu_instance_id, s.handle) for s in topology.slots)
 
     def _topology(self, parent: GpuIdentity, parent_handle: Any) -> _Topology:
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             cached = self._topologies.get(parent.uuid)
         if cached is not None and now - cached.read_at < self._refresh_seconds:

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import pynvml
 
+from exporter.clock import SYSTEM_CLOCK, Clock
 from exporter.nvml.binding import GPU_GONE, NVMLError
 from exporter.nvml.guarded_calls import GuardedNvml
 from exporter.nvml.helper import LiveGpu, PeriodicHelper
@@ -27,8 +28,10 @@ class PcieSampler(PeriodicHelper):
     thread_name = "pcie-sampler"
     collector = "pcie"
 
-    def __init__(self, nvml: GuardedNvml, interval_seconds: float) -> None:
-        super().__init__(interval_seconds)
+    def __init__(
+        self, nvml: GuardedNvml, interval_seconds: float, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
+        super().__init__(interval_seconds, clock)
         self._nvml = nvml
         self._lock = threading.Lock()
         self._targets: tuple[tuple[int, str], ...] = ()

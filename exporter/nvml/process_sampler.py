@@ -26,6 +26,7 @@ from typing import Any
 
 import pynvml
 
+from exporter.clock import SYSTEM_CLOCK, Clock
 from exporter.nvml.binding import GPU_GONE, PERMANENTLY_UNAVAILABLE, NVMLError, error_name
 from exporter.nvml.guarded_calls import GuardedNvml
 from exporter.nvml.helper import LiveGpu, PeriodicHelper
@@ -89,8 +90,9 @@ class ProcessSampler(PeriodicHelper):
         mig: MigReader,
         owners: PidOwners,
         interval_seconds: float,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__(interval_seconds)
+        super().__init__(interval_seconds, clock)
         self._nvml = nvml
         # The poller's reader: its cached topology already holds the MIG device handles, and the
         # poller invalidates it when a MIG configuration changes.

@@ -20,6 +20,7 @@ import pynvml
 
 from exporter.background import BackgroundThread
 from exporter.backoff import Backoff
+from exporter.clock import SYSTEM_CLOCK, Clock
 from exporter.nvml.binding import NVMLError, error_name
 from exporter.nvml.error_tally import ErrorTally
 from exporter.nvml.event_windows import EventWindow
@@ -121,11 +122,12 @@ class XidWatcher(BackgroundThread):
         *,
         book: XidBook | None = None,
         window_ms: int | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__()
+        super().__init__(clock)
         self._api = source.api
         # `window_ms`: --xid-count-window-size, when DCGM_EXP_XID_ERRORS_COUNT is listed.
-        self._book = book if book is not None else XidBook(window_ms)
+        self._book = book if book is not None else XidBook(window_ms, clock.monotonic)
         self._tally = tally
         self._on_mig_change = on_mig_change
         self._wait_ms = source.xid_event_wait_ms
@@ -136,7 +138,7 @@ class XidWatcher(BackgroundThread):
         self._devices: tuple[int, ...] = ()
         self._registered: tuple[int, ...] | None = None
         self._event_set = None
-        self._xid_log = XidLog(log)
+        self._xid_log = XidLog(log, clock=clock.monotonic)
         self.healthy = False
 
     def watch(self, indexes: Sequence[int]) -> None:
@@ -182,7 +184,7 @@ class XidWatcher(BackgroundThread):
         if wanted != self._registered:
             self._register(wanted)
         if self._event_set is None:
-            self._stop.wait(self.reregister_delay_seconds)
+            self._clock.wait(self._stop, self.reregister_delay_seconds)
             return
         try:
             data = self._api.nvmlEventSetWait_v2(self._event_set, self._wait_ms)
@@ -204,7 +206,7 @@ class XidWatcher(BackgroundThread):
                 log.warning("XID event wait failed: %s; re-registering in %.0fs", exc, delay)
             self.healthy = False
             self._release()
-            self._stop.wait(delay)
+            self._clock.wait(self._stop, delay)
             return
         self.healthy = True
         self._handle(data)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -21,6 +20,7 @@ from google.protobuf.message import DecodeError, Message
 
 from exporter.background import BackgroundThread
 from exporter.backoff import Backoff
+from exporter.clock import SYSTEM_CLOCK, Clock
 from exporter.podresources.allocations import PodResourcesSnapshot, from_responses
 from exporter.podresources.answer_bounds import (
     TOO_LARGE,
@@ -133,8 +133,9 @@ class PodResourcesWatcher(BackgroundThread):
         extra_resources: frozenset[str] = frozenset(),
         max_backoff_seconds: float = 60.0,
         cadence: ScrapeCadence | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__()
+        super().__init__(clock)
         self._client = client
         self._interval = interval_seconds
         # None: list every interval; else only when it says (just before a scrape).
@@ -162,8 +163,9 @@ class PodResourcesWatcher(BackgroundThread):
 
     def _run(self) -> None:
         backoff = Backoff(self._interval, self._max_backoff)
+        clock = self._clock
         while not self._stop.is_set():
-            started = time.monotonic()
+            started = clock.monotonic()
             if self._cadence is not None and not self._cadence.due():
                 delay = self._interval
             elif self.refresh():
@@ -175,7 +177,7 @@ class PodResourcesWatcher(BackgroundThread):
                 delay = backoff.failed()
             # A failed call is an outcome the loop handles; only an exception ends a round.
             self._progressed()
-            self._stop.wait(max(0.0, delay - (time.monotonic() - started)))
+            clock.wait(self._stop, delay - (clock.monotonic() - started))
         self._client.reset()
 
     def _on_crash(self) -> None:
@@ -184,7 +186,8 @@ class PodResourcesWatcher(BackgroundThread):
 
     def refresh(self) -> bool:
         """One List (and GetAllocatableResources) round; returns whether it succeeded."""
-        started = time.monotonic()
+        clock = self._clock
+        started = clock.monotonic()
         try:
             listing = self._client.list()
             allocatable = self._allocatable
@@ -210,7 +213,7 @@ class PodResourcesWatcher(BackgroundThread):
             message = str(exc)
             if message != self._status.last_error:
                 log.warning("pod-resources call failed: %s", message)
-            self._set_status(False, time.monotonic() - started, message)
+            self._set_status(False, clock.monotonic() - started, message)
             return False
         latest = self.latest
         if (
@@ -220,13 +223,13 @@ class PodResourcesWatcher(BackgroundThread):
             and not self._status.last_error
         ):
             # Nothing changed: the parsed allocations still hold, only their time moves.
-            self.latest = replace(latest, taken_at=time.time())
+            self.latest = replace(latest, taken_at=clock.time())
         else:
-            self.latest = from_responses(listing, allocatable, self._extra, time.time())
+            self.latest = from_responses(listing, allocatable, self._extra, clock.time())
         self._listing, self._allocatable = listing, allocatable
         if self._status.last_error:
             log.info("pod-resources API answering again")
-        self._set_status(True, time.monotonic() - started, None)
+        self._set_status(True, clock.monotonic() - started, None)
         return True
 
     def _set_status(self, up: bool, duration: float, error: str | None) -> None:
@@ -234,7 +237,7 @@ class PodResourcesWatcher(BackgroundThread):
             errors = tuple(sorted(self._errors.items()))
         self._status = PodResourcesStatus(
             up=up,
-            last_success_at=time.time() if up else self._status.last_success_at,
+            last_success_at=self._clock.time() if up else self._status.last_success_at,
             last_duration_seconds=duration,
             errors=errors,
             last_error=error,

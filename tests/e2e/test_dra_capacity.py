@@ -26,7 +26,7 @@ from tests.e2e.conftest import started_stack
 from tests.e2e.ksm_fake import FakeKubeStateMetrics
 from tests.e2e.panels import dashboards_of, needs_kube_state_metrics, run_panels
 from tests.e2e.test_panels import warm_up
-from tests.fake_kube_api import FakeKubeApi, write_kubeconfig
+from tests.support.fake_kube_api import FakeKubeApi, write_kubeconfig
 
 DRA_NODE = builtin_fleet("dra").node_name
 PLUGIN_NODE = default_fleet().node_name

@@ -1,0 +1,134 @@
+"""The container image, built by podman and run as users run it: the cases that run inside this
+process; the others are in tests/process/test_image.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from bundle.localstack.processes import free_port
+from deploy.image import debian_base, engines, measure
+from exporter.cli import main
+from exporter.errors import ConfigurationError
+from exporter.simulator import node as simulated
+from tests.process.test_image import DEB822, _layer
+
+
+def test_scratch_directory_falls_back_to_dev_shm(monkeypatch, tmp_path):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "no-tmp"))
+    (tmp_path / "shm").mkdir()
+    monkeypatch.setattr(
+        simulated, "SCRATCH_FALLBACKS", (str(tmp_path / "missing"), str(tmp_path / "shm"))
+    )
+    with simulated.scratch_directory() as scratch:
+        assert Path(scratch).parent == tmp_path / "shm"
+    assert not Path(scratch).exists()
+
+
+def test_no_scratch_directory_is_one_line_and_status_2(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "no-tmp"))
+    monkeypatch.setattr(simulated, "SCRATCH_FALLBACKS", (str(tmp_path / "no-shm"),))
+    with pytest.raises(ConfigurationError, match="mount an emptyDir or a tmpfs at /tmp"):
+        simulated.scratch_directory()
+    capsys.readouterr()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        address = f"127.0.0.1:{free_port('127.0.0.1')}"
+        code = main(["--simulate", f"--web.listen-address={address}"], environ={})
+    finally:
+        # main() configures logging for the process it thinks it owns.
+        root.handlers[:], root.level = handlers, level
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kube-gpu-exporter: error: --simulate needs")
+
+
+def test_mirror_comes_from_apts_sources(tmp_path):
+    sources = tmp_path / "sources.list.d"
+    sources.mkdir()
+    (sources / "debian.sources").write_text(DEB822)
+    assert debian_base.mirror([tmp_path / "sources.list", sources]) == (
+        "http://mirror.example/debian"
+    )
+    one_line = tmp_path / "sources.list"
+    one_line.write_text(
+        "deb http://mirror.example/security bookworm-security main\n"
+        "deb [signed-by=/k.gpg] http://mirror.example/one bookworm main contrib\n"
+    )
+    assert debian_base.mirror([one_line, sources]) == "http://mirror.example/one"
+    (sources / "disabled.sources").write_text(DEB822.replace("Types: deb", "Types: deb-src"))
+    with pytest.raises(debian_base.ImageError, match="--mirror"):
+        debian_base.mirror([sources / "disabled.sources"])
+
+
+def test_base_tag_follows_the_recipe(monkeypatch):
+    first = debian_base.tag()
+    assert first == debian_base.tag() and first.startswith(f"{debian_base.NAME}:bookworm-")
+    monkeypatch.setattr(debian_base, "PACKAGES", (*debian_base.PACKAGES, "curl"))
+    assert debian_base.tag() != first
+
+
+def test_engine_is_the_first_that_works(monkeypatch):
+    installed = {"docker", "podman", "buildah"}
+    monkeypatch.setattr(engines.shutil, "which", lambda name: name if name in installed else None)
+    # A Docker client whose daemon does not answer is skipped, as on machines with only the CLI.
+    monkeypatch.setattr(engines, "succeeds", lambda command, timeout=0: False)
+    assert engines.find_engine() == engines.Engine("podman")
+    monkeypatch.setattr(engines, "succeeds", lambda command, timeout=0: True)
+    assert engines.find_engine() == engines.Engine("docker")
+    assert engines.find_engine("buildah") == engines.Engine("buildah")
+    installed.clear()
+    with pytest.raises(engines.ImageError, match=r"no container engine.*make system-deps"):
+        engines.find_engine()
+
+
+def test_measure_reads_a_docker_archive(tmp_path):
+    site = "opt/kube-gpu-exporter/lib/python3.11/site-packages"
+    layers = {
+        "base.tar": _layer({"usr/bin/python3": b"\0" * 1000}),
+        "venv.tar": _layer(
+            {
+                f"{site}/grpc/__init__.py": b"x" * 300,
+                f"{site}/grpc/_cython/cygrpc.so": b"y" * 700,
+                f"{site}/grpc-1.0.dist-info/METADATA": b"z" * 50,
+                f"{site}/pynvml.py": b"n" * 20,
+            }
+        ),
+    }
+    config = {
+        "history": [
+            {"created_by": "ADD rootfs.tar /"},
+            {"created_by": "LABEL a=b", "empty_layer": True},
+            {"created_by": "COPY /opt/kube-gpu-exporter"},
+        ]
+    }
+    files = {
+        "manifest.json": json.dumps([{"Config": "c.json", "Layers": list(layers)}]).encode(),
+        "c.json": json.dumps(config).encode(),
+        **layers,
+    }
+    archive = tmp_path / "image.tar"
+    with tarfile.open(archive, "w") as out:
+        for name, content in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            out.addfile(info, io.BytesIO(content))
+
+    measured = measure.read_archive(archive)
+    assert [(layer.created_by, layer.size) for layer in measured.layers] == [
+        ("ADD rootfs.tar /", 1000),
+        ("COPY /opt/kube-gpu-exporter", 1070),
+    ]
+    assert measured.on_disk == 2070
+    assert measured.packages == {"grpc": 1000, "*.dist-info": 50, "pynvml.py": 20}
+    # A run of one byte compresses to almost nothing; what a registry stores is far smaller.
+    assert 0 < measured.compressed < 600
+    assert measure.read_archive(archive, on_disk=4096).on_disk == 4096
+    assert "grpc" in measure.report("x:1", measured)
