@@ -133,7 +133,7 @@ TEST_EXTRA = $(shell $(PYTHON) -c 'import re, tomllib; \
 
 ## test-plan: what `make test` installs and runs, and how long it takes; its first screen
 test-plan:
-	@echo "make test: about 9 minutes of tests on a 2-core VM, plus the installs and the image build on a fresh one. It installs:"
+	@echo "make test: about 14 minutes on a fresh 2-core VM, installs and the image build included (the tests alone about 9). It installs:"
 	@echo "  - into $(VENV) with pip: the exporter with its [test] extra ($(TEST_EXTRA))"
 	@echo "  - with apt-get, as root or with sudo, whichever are missing of: $(SYSTEM_PACKAGES)" \
 		"$(SCHEMA_PACKAGES)"
