@@ -18,6 +18,8 @@ PROCESS_WORKERS ?= 3
 # test's own folder) may not exceed 107 bytes, and pytest's default ones under a worker's folder
 # come close.
 TEST_TMP ?= /tmp/kge-tests
+# Each of `make test`'s runs ends with its ten slowest tests, so a slow one shows in CI's log.
+DURATIONS ?= --durations=10 --durations-min=1
 
 # Python may cache bytecode: some machines set PYTHONDONTWRITEBYTECODE, and without the cache
 # every pytest worker compiles every module and rewrites every test's assertions afresh, some
@@ -121,10 +123,10 @@ check: $(VENV)/.installed lint
 ## test: install everything the tests need, then lint and run the whole suite; it starts by
 ## saying what it installs and how long it takes (test-plan)
 test: test-plan $(VENV)/.installed system-deps grafana-schema-deps lint
-	$(PY) -m pytest tests/unit -n $(WORKERS) -q
+	$(PY) -m pytest tests/unit -n $(WORKERS) -q $(DURATIONS)
 	$(PY) -m pytest tests/process tests/e2e -m "not serial" -n $(PROCESS_WORKERS) --dist loadfile \
-		--basetemp "$(TEST_TMP)" -q
-	$(PY) -m pytest tests/process tests/e2e tests/bench -m "serial or bench" -q
+		--basetemp "$(TEST_TMP)" -q $(DURATIONS)
+	$(PY) -m pytest tests/process tests/e2e tests/bench -m "serial or bench" -q $(DURATIONS)
 
 # The [test] extra's requirement names, read from pyproject.toml by the Python that makes .venv.
 TEST_EXTRA = $(shell $(PYTHON) -c 'import re, tomllib; \
@@ -133,7 +135,7 @@ TEST_EXTRA = $(shell $(PYTHON) -c 'import re, tomllib; \
 
 ## test-plan: what `make test` installs and runs, and how long it takes; its first screen
 test-plan:
-	@echo "make test: about 14 minutes on a fresh 2-core VM, installs and the image build included (the tests alone about 9). It installs:"
+	@echo "make test: about 11 minutes on a fresh 2-core VM, installs and the image build included (the tests alone about 9). It installs:"
 	@echo "  - into $(VENV) with pip: the exporter with its [test] extra ($(TEST_EXTRA))"
 	@echo "  - with apt-get, as root or with sudo, whichever are missing of: $(SYSTEM_PACKAGES)" \
 		"$(SCHEMA_PACKAGES)"

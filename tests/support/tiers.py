@@ -1,7 +1,7 @@
 """Test tiers, one folder each, so that a test's tier is where it stands:
 
 - `tests/unit`: in-process code and loopback servers only, in simulated time where a timer is
-  involved (no test there sleeps to wait for one: tests/support/sleep_check.py). `make check`
+  involved (no test there sleeps to wait for one: tests/unit/test_tiers.py checks). `make check`
   runs this tier.
 - `tests/process`: a test that starts a child process or needs a binary from a system package.
 - `tests/e2e`: a real Prometheus, Alertmanager and VictoriaMetrics stack.
