@@ -14,20 +14,18 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 WORKDIR /src
 RUN python3 -m venv /opt/kube-gpu-exporter
-COPY pyproject.toml README.md ./
-COPY exporter ./exporter
+COPY pyproject.toml ./
 # false: no `kubernetes` client (and its pydantic/requests/oauthlib tree), so no --kubernetes.
 # Declared here, late, so that both variants share the cached steps above.
 ARG WITH_KUBERNETES=true
 # The requirements come from pyproject.toml, with the [simulator] extra (--simulate works in the
-# image) and less the client when it is not wanted; the wheel then goes in without resolving again.
-# A CA bundle given as the `ca-bundle` build secret is trusted by pip for this step only (networks
-# that inspect TLS) and never lands in a layer.
-# Then what the running exporter never uses goes: pip, setuptools and wheel, the dependencies'
-# own test suites, and the kubernetes client's asyncio twin, kubernetes.aio (66 MB, a third of the
-# virtualenv): the exporter uses the synchronous client, and nothing outside kubernetes.aio
-# imports it. Bytecode is compiled once, here, because the root filesystem is read-only at run
-# time; pip already compiled what it installed, so compileall only fills gaps.
+# image) and less the client when it is not wanted. Installed before the exporter's own code is
+# copied in, so that a change to the code reuses this layer: under emulation (an arm64 build on
+# amd64) it is the slowest step. --only-binary: every dependency must come as a wheel for the
+# platform built for (manylinux x86_64 or aarch64), so the build fails, rather than reach for a
+# compiler the image does not have, where one does not.
+# A CA bundle given as the `ca-bundle` build secret is trusted by pip for these steps only
+# (networks that inspect TLS) and never lands in a layer.
 RUN --mount=type=secret,id=ca-bundle,required=false \
     set -eu; venv=/opt/kube-gpu-exporter; \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi; \
@@ -37,7 +35,18 @@ RUN --mount=type=secret,id=ca-bundle,required=false \
         deps = project["dependencies"] + project["optional-dependencies"]["simulator"]; \
         print("\n".join(d for d in deps if kube or not d.startswith("kubernetes")))' \
         "$WITH_KUBERNETES" > requirements.txt; \
-    "$venv/bin/pip" install --no-cache-dir --requirement requirements.txt; \
+    "$venv/bin/pip" install --no-cache-dir --only-binary=:all: --requirement requirements.txt
+COPY README.md ./
+COPY exporter ./exporter
+# The wheel then goes in without resolving again. Then what the running exporter never uses
+# goes: pip, setuptools and wheel, the dependencies' own test suites, and the kubernetes client's
+# asyncio twin, kubernetes.aio (66 MB, a third of the virtualenv): the exporter uses the
+# synchronous client, and nothing outside kubernetes.aio imports it. Bytecode is compiled once,
+# here, because the root filesystem is read-only at run time; pip already compiled what it
+# installed, so compileall only fills gaps.
+RUN --mount=type=secret,id=ca-bundle,required=false \
+    set -eu; venv=/opt/kube-gpu-exporter; \
+    if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi; \
     "$venv/bin/pip" install --no-cache-dir --no-deps .; \
     "$venv/bin/python" -m pip uninstall --yes --quiet pip setuptools wheel; \
     site="$(echo "$venv"/lib/python3*/site-packages)"; \

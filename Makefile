@@ -60,9 +60,11 @@ demo: $(VENV)/.installed-bundle system-deps
 
 # Debian packages the tests, benchmarks and demo use: Prometheus, Alertmanager, wrk, VictoriaMetrics
 # with vmalert for the global-view test, and podman, runc, buildah, skopeo and debootstrap to build
-# and run the container image (netavark, podman's network stack, calls iptables).
+# and run the container image (netavark, podman's network stack, calls iptables), and
+# qemu-user-static to build and run its arm64 variant here (deploy/image/emulation.py registers
+# it with binfmt_misc itself, so binfmt-support's service is not needed).
 SYSTEM_PACKAGES := prometheus prometheus-alertmanager wrk victoria-metrics \
-	podman runc netavark iptables uidmap buildah skopeo debootstrap
+	podman runc netavark iptables uidmap buildah skopeo debootstrap qemu-user-static
 # The dashboard schema check's runtime (grafana-schema-deps).
 SCHEMA_PACKAGES := nodejs npm
 
@@ -72,7 +74,8 @@ system-deps:
 			|| ! command -v wrk >/dev/null || ! command -v vmalert >/dev/null \
 			|| ! command -v podman >/dev/null || ! command -v runc >/dev/null \
 			|| ! command -v iptables >/dev/null \
-			|| ! command -v skopeo >/dev/null || ! command -v debootstrap >/dev/null; then \
+			|| ! command -v skopeo >/dev/null || ! command -v debootstrap >/dev/null \
+			|| ! command -v qemu-aarch64-static >/dev/null; then \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
 			$(SYSTEM_PACKAGES) >/dev/null; \
@@ -104,10 +107,18 @@ grafana-schema-deps:
 ## or buildah, the first that works (ENGINE=podman to choose). Where no registry is reachable,
 ## BASE=debian-local builds on a Python base made here from Debian packages (root, debootstrap);
 ## BASE=<image> builds on another Python 3.11 image. ARGS="--measure" then prints its size per
-## layer and package; ARGS="--without-kubernetes" leaves out the client (tags end -no-kubernetes)
-.PHONY: image
+## layer and package; ARGS="--without-kubernetes" leaves out the client (tags end -no-kubernetes).
+## PLATFORM=linux/arm64 builds for arm64 (NVIDIA Grace hosts) under qemu, tags ending -arm64
+.PHONY: image image-multiarch
+IMAGE_OPTIONS = $(if $(ENGINE),--engine '$(ENGINE)') $(if $(BASE),--base '$(BASE)')
 image:
-	$(PYTHON) -m deploy.image $(if $(ENGINE),--engine '$(ENGINE)') $(if $(BASE),--base '$(BASE)') $(ARGS)
+	$(PYTHON) -m deploy.image $(IMAGE_OPTIONS) $(if $(PLATFORM),--platform '$(PLATFORM)') $(ARGS)
+
+## image-multiarch: the image for linux/amd64 and for linux/arm64 (tags ending -amd64 and
+## -arm64), then the manifest list kube-gpu-exporter:<version>-multiarch over both, with podman
+## or buildah; `podman manifest push --all` pushes it (README, 'Deploy on Kubernetes')
+image-multiarch:
+	$(PYTHON) -m deploy.image $(IMAGE_OPTIONS) --multiarch $(ARGS)
 
 ## lint: ruff check and format check, then mypy over what mypy.ini names
 lint: $(VENV)/.installed
@@ -135,14 +146,15 @@ TEST_EXTRA = $(shell $(PYTHON) -c 'import re, tomllib; \
 
 ## test-plan: what `make test` installs and runs, and how long it takes; its first screen
 test-plan:
-	@echo "make test: about 11 minutes on a fresh 2-core VM, installs and the image build included (the tests alone about 9). It installs:"
+	@echo "make test: about 17 minutes on a fresh 2-core VM, installs and both image builds included (the tests alone about 15). It installs:"
 	@echo "  - into $(VENV) with pip: the exporter with its [test] extra ($(TEST_EXTRA))"
 	@echo "  - with apt-get, as root or with sudo, whichever are missing of: $(SYSTEM_PACKAGES)" \
 		"$(SCHEMA_PACKAGES)"
 	@echo "  - into $(GRAFANA_SCHEMA) with npm: Grafana's schema and TypeScript, as" \
 		"tests/grafana_schema/package-lock.json pins them"
-	@echo "Then the linters, and the whole suite: it builds the container image with podman (on a Debian" \
-		"base made by debootstrap) and runs it, and starts Prometheus, Alertmanager and" \
+	@echo "Then the linters, and the whole suite: it builds the container image with podman for amd64" \
+		"and, under qemu, for arm64 (each on a Debian base made by debootstrap) and runs both," \
+		"and starts Prometheus, Alertmanager and" \
 		"VictoriaMetrics stacks."
 	@echo "make check runs the unit tests alone, with the virtualenv only, in under 45 s;" \
 		"make run serves the simulated node with the exporter's own dependencies only."

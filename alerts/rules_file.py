@@ -5,13 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from alerts import capacity, devices, exporter_health, recording
+from alerts import capacity, devices, exporter_health, nvlink_fabric, recording
 from alerts.rule_types import Group
 from bundle.config import BundleConfig
 
 
 def alert_groups(config: BundleConfig) -> list[Group]:
-    return [exporter_health.group(config), devices.group(config), capacity.group(config)]
+    return [
+        exporter_health.group(config),
+        devices.group(config),
+        nvlink_fabric.group(config),
+        capacity.group(config),
+    ]
 
 
 def recording_groups(config: BundleConfig) -> list[Group]:

@@ -110,6 +110,19 @@ class Thresholds:
     idle_utilization_percent: float = 1
     idle_window: str = "10m"
     idle_for: str = "1h"
+    # NVLink errors (Hopper's CRC/replay/recovery totals, Blackwell's per-GPU error counters):
+    # a healthy link still counts the odd CRC error or replay, so the alert waits for more than
+    # this many of one counter within the window, and for them to keep coming for `for`.
+    nvlink_error_window: str = "10m"
+    nvlink_error_threshold: float = 10
+    nvlink_errors_for: str = "5m"
+    # The fabric manager registers every GPU of an NVLink domain at boot; until it has, the GPU
+    # reports "not started" or "in progress", which is only a fault past this grace.
+    fabric_startup_grace: str = "10m"
+    fabric_degraded_for: str = "5m"
+    fabric_unhealthy_for: str = "1m"
+    # A Grace-Blackwell GPU's NVLink-C2C link to its CPU reported inactive for this long.
+    c2c_inactive_for: str = "5m"
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,12 +10,13 @@ default flavour's rules and dashboards.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 
 from bundle.config import DEFAULT, BundleConfig
+from exporter.dcgm_compat import profile
 
 ALERT_FILES = ("prometheus_alerts.yaml", "prometheus_rules.yaml", "prometheusrule.yaml")
 DASHBOARD_KINDS = ("provisioned", "grafana-com")
@@ -52,6 +53,16 @@ def flavour_config(version: str, base: BundleConfig = DEFAULT) -> BundleConfig:
 FLAVOURS: Mapping[str, BundleConfig] = MappingProxyType(
     {version: flavour_config(version) for version in (DEFAULT.dcgm_version, "4.9")}
 )
+
+
+def fitting_flavour(version: str, carried: Iterable[str]) -> str | None:
+    """The flavour among `carried` whose queries fit the profile `version`: its own, or one made
+    for a profile that serves the same scrape (4.8.4 and 4.8.3), else None."""
+    wanted = profile(version)
+    for flavour in carried:
+        if replace(profile(flavour), version=wanted.version) == wanted:
+            return flavour
+    return None
 
 
 @dataclass(frozen=True, slots=True)

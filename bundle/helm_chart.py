@@ -38,6 +38,7 @@ import yaml
 
 from bundle import deploy_manifests
 from bundle.config import BundleConfig
+from bundle.flavours import fitting_flavour
 from bundle.scrape_configs import _operator_relabelings
 from bundle.yaml_output import HEADER, dump
 from exporter import __version__
@@ -868,6 +869,11 @@ def generated_tpl(config: BundleConfig, versions: list[str]) -> str:
         # carries rules and dashboards for.
         _define("defaultDcgmVersion", DEFAULT_VERSION.value),
         _define("flavours", ", ".join(versions)),
+        # Each profile's flavour among those carried: a profile that serves the same scrape as a
+        # carried one (4.8.4 as 4.8.3) takes its rules and dashboards.
+        _define(
+            "flavourOf", {v.value: fitting_flavour(v.value, versions) or "" for v in DcgmVersion}
+        ),
         _define("env", container["env"]),
         _define("volumeMounts", container["volumeMounts"]),
         _define("volumes", pod["volumes"]),

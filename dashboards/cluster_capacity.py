@@ -442,6 +442,48 @@ def cells(config: BundleConfig) -> list[Cell]:
         ),
         # Last, so the panels above keep their ids (links to one panel name it by id).
         *energy(config),
+        *nvlink_domains(config),
+    ]
+
+
+DOMAIN_INFO = "kube_gpu_exporter_nvlink_domain_info"
+
+
+def nvlink_domains(config: BundleConfig) -> list[Cell]:
+    """GPUs grouped by the NVLink domain the fabric manager registered them in (GB200 NVL72
+    racks and other multi-node NVLink systems): a job spanning nodes over NVLink needs its GPUs
+    in one domain, so free GPUs count per domain, not per cluster. Raw series, one per GPU: only
+    GPUs on a fabric have one."""
+    q = QueryBuilder(config, dashboard=True)
+    # The cluster too: a table over several clusters keeps each one's domains apart.
+    domain = f"{q.cluster}, cluster_uuid, clique_id"
+    info = q.on_nodes(DOMAIN_INFO)
+    gpu = q.on(q.host, "UUID")
+    # A GPU counts as held once, however many pods share it.
+    allocation = q.on_nodes("kube_gpu_exporter_pod_device_allocation")
+    held = f"max by ({q.cluster}, {q.host}, UUID) ({allocation})"
+    return [
+        row("NVLink domains"),
+        table(
+            "GPUs by NVLink domain",
+            "GPUs per NVLink domain (the fabric's cluster UUID and clique), the nodes they are "
+            "on, and how many pods hold. Only GPUs registered with an NVLink fabric appear. "
+            "Allocated counts a time-sliced GPU once.",
+            "none",
+            [
+                TableQuery("GPUs", f"count by ({domain}) ({info})"),
+                TableQuery(
+                    "Nodes", f"count by ({domain}) (count by ({domain}, {q.host}) ({info}))"
+                ),
+                TableQuery("Allocated", f"count by ({domain}) ({info} and {gpu} {held})"),
+                TableQuery("Not allocated", f"count by ({domain}) ({info} unless {gpu} {held})"),
+            ],
+            labels={"cluster_uuid": "Cluster UUID", "clique_id": "Clique"},
+            hide=(q.cluster,),
+            sort_by="GPUs",
+            descending=True,
+            width=24,
+        ),
     ]
 
 

@@ -6,6 +6,9 @@ watts, B/s), and utilization panels show percent or a ratio as the profile publi
 
 from __future__ import annotations
 
+import pynvml
+
+from alerts import nvlink_fabric as nf
 from bundle.config import BundleConfig
 from bundle.dcgm_units import plain, scaled, unit_factor
 from bundle.promql import QueryBuilder
@@ -392,6 +395,180 @@ def cells(config: BundleConfig) -> list[Cell]:
                     "{{instance}}",
                 )
             ],
+        ),
+        # Last, so the panels above keep their ids (links to one panel name it by id).
+        *nvlink_fabric(config),
+    ]
+
+
+# The classic per-link NVLink error families: one family per counter and link, as DCGM names
+# them (`..._ERROR_COUNT_L0` to `_L11`).
+PER_LINK_KINDS = ("CRC_FLIT", "CRC_DATA", "REPLAY", "RECOVERY")
+PER_LINK_COUNT = 12
+
+
+def _per_link_families() -> tuple[str, ...]:
+    return tuple(
+        f"DCGM_FI_DEV_NVLINK_{kind}_ERROR_COUNT_L{link}"
+        for kind in PER_LINK_KINDS
+        for link in range(PER_LINK_COUNT)
+    )
+
+
+def _by_name(
+    q: QueryBuilder, families: tuple[str, ...], regex: str, *labels: tuple[str, str]
+) -> str:
+    """Counter families matched by name as one instant vector, with labels cut out of the name
+    (`labels`: (label, regex with one group over the name)). rate() drops the name, and with it
+    what tells the families apart, so the labels are copied from it first, and the rate is taken
+    over a subquery at the scrape interval."""
+    # The regex is written against the classic names; a profile spelling them otherwise would
+    # leave the panel empty without a word, so refuse to generate it.
+    renamed = [name for name in families if q.name(name) != name]
+    if renamed:
+        raise ValueError(f"the {q.profile.version} profile renames {renamed[0]}: update {regex}")
+    expr = q.device("", f'__name__=~"{regex}"')
+    for label, pattern in labels:
+        expr = f'label_replace({expr}, "{label}", "$1", "__name__", "{pattern}")'
+    return f"rate({expr}[{q.rate_interval}:{q.config.scrape.interval}])"
+
+
+def nvlink_fabric(config: BundleConfig) -> list[Cell]:
+    """NVLink errors, the NVLink fabric, NVLink-C2C and the driver's recovery action (Hopper,
+    Blackwell and Grace boards). Every family here is off by default in the exporter: on nodes
+    without a collectors file turning them on, this row is empty."""
+    q = QueryBuilder(config, dashboard=True)
+    d = q.device
+    rate = q.rate_interval
+    kinds = "|".join(PER_LINK_KINDS)
+    per_link = _by_name(
+        q,
+        _per_link_families(),
+        f"DCGM_FI_DEV_NVLINK_({kinds})_ERROR_COUNT_L[0-9]+",
+        ("counter", "DCGM_FI_DEV_NVLINK_(.+)_ERROR_COUNT_L[0-9]+"),
+        ("link", ".+_L([0-9]+)"),
+    )
+    counters = nf.NVLINK_ERROR_COUNTERS
+    by_counter = _by_name(
+        q,
+        counters,
+        "|".join(counters),
+        ("counter", "DCGM_FI_DEV_NVLINK_(.+)"),
+    )
+    mask = d(nf.FABRIC_HEALTH_MASK)
+    conditions = (
+        ("degraded bandwidth", "DEGRADED_BW"),
+        ("route recovery", "ROUTE_RECOVERY"),
+        ("route unhealthy", "ROUTE_UNHEALTHY"),
+        ("access timeout recovery", "ACCESS_TIMEOUT_RECOVERY"),
+    )
+    # Each condition of the health mask as 0/1 per GPU (the alerts read the same fields).
+    condition_targets = [
+        target(
+            f"max by (gpu) ({nf.mask_field(mask, field)} == bool {nf.mask_true(field)})",
+            f"GPU {{{{gpu}}}} {words}",
+        )
+        for words, field in conditions
+    ]
+    incorrect = nf.mask_field(mask, "INCORRECT_CONFIGURATION")
+    none = pynvml.NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_NONE
+    condition_targets.append(
+        target(f"max by (gpu) ({incorrect} > bool {none})", "GPU {{gpu}} incorrect configuration")
+    )
+    actions = {0: ("none", "green")} | {
+        value: (words, "red") for value, words in nf.known_actions()
+    }
+    return [
+        row("NVLink, fabric and C2C (Hopper, Blackwell, Grace)"),
+        timeseries(
+            "NVLink errors per link",
+            "Errors per second on each NVLink link of the selected GPUs, all four classic "
+            "counters (CRC flit, CRC data, replay, recovery) added up; links 0-11, as NVML "
+            "counts them per link. Off by default: a collectors file turns the per-link "
+            "families on.",
+            "ops",
+            [target(f"sum by (gpu, link) ({per_link})", "GPU {{gpu}} link {{link}}")],
+        ),
+        timeseries(
+            "NVLink errors per counter",
+            "Errors per second of each NVLink error counter, over all links: the classic totals "
+            "(Hopper and earlier) and Blackwell's error counts. GPUNvlinkErrors fires on the "
+            f"same counters, past {config.thresholds.nvlink_error_threshold:g} in "
+            f"{config.thresholds.nvlink_error_window}.",
+            "ops",
+            [target(f"sum by (gpu, counter) ({by_counter})", "GPU {{gpu}} {{counter}}")],
+        ),
+        timeseries(
+            "NVLink traffic (Blackwell counters)",
+            "Bytes sent and received per second over all NVLink links, from Blackwell's counters.",
+            "Bps",
+            [
+                target(
+                    f"max by (gpu) (rate({d('DCGM_FI_DEV_NVLINK_COUNT_TX_BYTES')}[{rate}]))",
+                    "TX GPU {{gpu}}",
+                ),
+                target(
+                    f"max by (gpu) (rate({d('DCGM_FI_DEV_NVLINK_COUNT_RX_BYTES')}[{rate}]))",
+                    "RX GPU {{gpu}}",
+                ),
+            ],
+        ),
+        state_timeline(
+            "Fabric registration",
+            "The fabric manager's registration of each GPU in its NVLink domain. Anything but "
+            "completed past the start-up grace "
+            f"({config.thresholds.fabric_startup_grace}) raises GPUFabricUnhealthy.",
+            [target(f"max by (gpu) ({d(nf.FABRIC_STATUS)})", "GPU {{gpu}}")],
+            states={
+                1: ("not started", "orange"),
+                2: ("in progress", "yellow"),
+                3: ("completed", "green"),
+                4: ("completed with an error", "red"),
+            },
+            width=12,
+            height=8,
+        ),
+        state_timeline(
+            "Fabric health",
+            "The fabric's health summary per GPU: limited capacity raises GPUFabricDegraded, "
+            "unhealthy GPUFabricUnhealthy.",
+            [target(f"max by (gpu) ({d(nf.FABRIC_HEALTH_SUMMARY)})", "GPU {{gpu}}")],
+            states={
+                0: ("not supported", "transparent"),
+                1: ("healthy", "green"),
+                2: ("unhealthy", "red"),
+                3: ("limited capacity", "orange"),
+            },
+            width=12,
+            height=8,
+        ),
+        state_timeline(
+            "Fabric health conditions",
+            "Each condition of the fabric's health mask per GPU: degraded bandwidth, route "
+            "recovery and access timeout recovery raise GPUFabricDegraded; an unhealthy route "
+            "and an incorrect configuration GPUFabricUnhealthy.",
+            condition_targets,
+            states={0: ("no", "transparent"), 1: ("yes", "red")},
+            width=12,
+            height=8,
+        ),
+        state_timeline(
+            "C2C link",
+            "The NVLink-C2C link between each GPU and its Grace CPU; inactive raises "
+            "GPUC2CLinkInactive.",
+            [target(f"max by (gpu) ({d(nf.C2C_LINK_STATUS)})", "GPU {{gpu}}")],
+            states={0: ("inactive", "red"), 1: ("active", "green")},
+            width=12,
+            height=8,
+        ),
+        state_timeline(
+            "Recovery action",
+            "The recovery the driver asks for on each GPU; anything but none raises "
+            "GPURecoveryActionRequired.",
+            [target(f"max by (gpu) ({d(nf.RECOVERY_ACTION)})", "GPU {{gpu}}")],
+            states=actions,
+            width=12,
+            height=8,
         ),
     ]
 

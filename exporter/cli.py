@@ -28,6 +28,7 @@ from exporter.config import (
     Config,
     HostLabel,
     LabelConfig,
+    SelectionFlags,
     WebConfig,
 )
 from exporter.dcgm_compat import DEFAULT_VERSION, PROFILES, DcgmVersion
@@ -40,10 +41,9 @@ from exporter.fields.flags import (
     field_intervals,
     log_selection,
     read_collectors,
-    selection_settings,
     window_ms,
+    with_selection,
 )
-from exporter.fields.table import DRIVER_VERSION
 from exporter.logs import LEVELS, configure_logging
 
 if TYPE_CHECKING:
@@ -286,8 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_VERSION.value,
         help="Which dcgm-exporter release the DCGM series imitate: 4.8.2 (host label Hostname, "
         "NVLink bandwidth a counter), 4.8.3 (hostname, a gauge; default, what the current GPU "
-        "Operator ships) or 4.9 (a preview: no upstream release confirms its names yet; DCGM 4.7 "
-        "names, base units, DCGM_FI_SYSTEM_DRIVER_VERSION).",
+        "Operator ships), 4.8.4 (the same default scrape as 4.8.3) or 4.9 (a preview: no "
+        "upstream release confirms its names yet; DCGM 4.7 names, base units, "
+        "DCGM_FI_SYSTEM_DRIVER_VERSION).",
     )
     add(
         "--collectors",
@@ -643,6 +644,8 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
         watch_resource_slices=args.watch_resource_slices,
     )
     try:
+        # Without --collectors, a built-in --simulate fleet may bring its own (applied by the
+        # simulated backend, exporter/simulator/node.py).
         fields = read_collectors(args.collectors)
     except ConfigurationError as exc:
         raise UsageError(str(exc)) from None
@@ -662,7 +665,6 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
         proc_root=args.proc_root,
         log_root=args.log_root,
         field_intervals=tuple(intervals.items()),
-        **selection_settings(fields, args.xid_count_window_ms, args.clock_events_count_window_ms),
     )
     security = None
     if args.web_config_file:
@@ -683,10 +685,6 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
     )
     dcgm = PROFILES[DcgmVersion(args.dcgm_version)]
     driver_label = dcgm.driver_label if args.driver_label is None else args.driver_label
-    if fields is not None and args.driver_label is None:
-        # dcgm-exporter attaches the label only when its CSV lists the field, named as listed.
-        listed_driver = fields.get(DRIVER_VERSION)
-        driver_label = "none" if listed_driver is None else listed_driver.name
     labels = LabelConfig(
         host_label=HostLabel(args.host_label or dcgm.host_label),
         node_name=node_name,
@@ -697,17 +695,22 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
         pod_uid_on_series=args.pod_uid_on_series,
         pod_labels_on_series=args.pod_labels_on_series,
     )
-    return Config(
+    config = Config(
         collection=collection,
         labels=labels,
         web=web,
         attribution=attribution,
-        fields=fields,
+        selection_flags=SelectionFlags(
+            xid_count_window_ms=args.xid_count_window_ms,
+            clock_events_count_window_ms=args.clock_events_count_window_ms,
+            driver_label=args.driver_label,
+        ),
         simulate=args.simulate is not None,
         fleet_file=args.simulate or None,
         log_level=args.log_level,
         log_format=args.log_format,
     )
+    return config if fields is None else with_selection(config, fields)
 
 
 def _usage_error(message: str) -> int:

@@ -74,6 +74,9 @@ class LabelConfig:
     node_name: str = ""
     # Name of the driver-version label on DCGM series ("" = none).
     driver_version_label: str = "DCGM_FI_DRIVER_VERSION"
+    # Name of the fabric cluster-UUID label on a GPU's DCGM series ("" = none): set only by a
+    # --collectors file that lists DCGM_FI_DEV_FABRIC_CLUSTER_UUID with type label.
+    fabric_cluster_label: str = ""
     # A device held by several containers (time-slicing, MPS): "none" leaves its series without
     # pod labels; "per-pod" copies them once per holder, with a `vgpu` label.
     shared_device_series: str = "none"
@@ -125,6 +128,19 @@ class AttributionConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SelectionFlags:
+    """The flags a collectors file is applied with (exporter/fields/flags.py, with_selection),
+    kept so that a file chosen after the command line (a built-in fleet's, under --simulate) is
+    applied as --collectors would have been."""
+
+    # dcgm-exporter's default windows (flags.DEFAULT_COUNT_WINDOW_MS).
+    xid_count_window_ms: int = 300_000
+    clock_events_count_window_ms: int = 300_000
+    # --driver-version-label as given; None where it was not, so the file decides.
+    driver_label: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     collection: CollectionConfig
     labels: LabelConfig
@@ -132,6 +148,7 @@ class Config:
     attribution: AttributionConfig = AttributionConfig()
     # The --collectors file's selection; None: the default fields, as the profile spells them.
     fields: FieldSelection | None = None
+    selection_flags: SelectionFlags = SelectionFlags()
     simulate: bool = False
     fleet_file: str | None = None
     log_level: str = "info"

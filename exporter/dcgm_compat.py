@@ -1,17 +1,19 @@
 """Which dcgm-exporter release the output imitates (`--compat.dcgm-exporter`), and the one table of
 metric renames and unit conversions that the exporter and the bundle both read.
 
-Three releases change what a scrape looks like (docs/dcgm-exporter-compatibility.md, "Version
-profiles", has the sources):
+Three releases change what a scrape looks like; a fourth, 4.8.4, is named so that its users can
+say so (docs/dcgm-exporter-compatibility.md, "Version profiles", has the sources):
 
 - 4.8.2: host label `Hostname`; NVLink bandwidth typed counter; classic names and units.
 - 4.8.3: host label `hostname` (dcgm-exporter #655); NVLink bandwidth typed gauge.
+- 4.8.4: as 4.8.3 for every field its default CSV lists; what it added (fabric health, the power
+  limits, exporter metrics) is opt-in, so the same default scrape.
 - 4.9, a preview (no upstream release confirms it yet): DCGM 4.7's field names; eleven fields
   change to base units (Hz, J, ratio, bytes, B/s); the driver label becomes
   `DCGM_FI_SYSTEM_DRIVER_VERSION`; the framebuffer capacity is exported.
 
-All three carry the driver version as a label on every DCGM series, as upstream's default CSV
-does, and all three use the same XID text table (unchanged since 4.7.1).
+All of them carry the driver version as a label on every DCGM series, as upstream's default CSV
+does, and all use the same XID text table (unchanged since 4.7.1).
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ Number = int | float
 class DcgmVersion(StrEnum):
     V4_8_2 = "4.8.2"
     V4_8_3 = "4.8.3"
+    V4_8_4 = "4.8.4"
     V4_9 = "4.9"
 
 
-# What the current GPU Operator ships.
+# What the current GPU Operator ships. 4.8.4 serves the same default scrape, so choosing it would
+# change nothing but the name (docs/dcgm-exporter-compatibility.md, 'Release generations').
 DEFAULT_VERSION = DcgmVersion.V4_8_3
 
 
@@ -63,6 +67,9 @@ PROFILES: Mapping[DcgmVersion, Profile] = MappingProxyType(
         ),
         DcgmVersion.V4_8_3: Profile(
             DcgmVersion.V4_8_3, "hostname", "DCGM_FI_DRIVER_VERSION", False, "gauge"
+        ),
+        DcgmVersion.V4_8_4: Profile(
+            DcgmVersion.V4_8_4, "hostname", "DCGM_FI_DRIVER_VERSION", False, "gauge"
         ),
         DcgmVersion.V4_9: Profile(
             DcgmVersion.V4_9, "hostname", "DCGM_FI_SYSTEM_DRIVER_VERSION", True, "gauge"

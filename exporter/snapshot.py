@@ -37,6 +37,16 @@ class GpuIdentity:
 
 
 @dataclass(frozen=True, slots=True)
+class FabricDomain:
+    """The NVLink domain a fabric manager registered the GPU in (nvmlDeviceGetGpuFabricInfoV):
+    every GPU of one NVL72 rack's domain has the same pair."""
+
+    # The cluster UUID, in the 8-4-4-4-12 form.
+    cluster_uuid: str
+    clique_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class GpuReadings:
     """Board-level values of one GPU, in NVML units."""
 
@@ -76,6 +86,9 @@ class GpuReadings:
     nvlink_kib_per_second: float | None = None
     # DCGM's VGPU_LICENSE_STATUS: 1 vGPU licensed, 0 not licensed or licensing unsupported.
     vgpu_license_status: int | None = None
+    # The NVLink domain, where the GPU's fabric registration completed; None on a board with no
+    # fabric (NVML answers NOT_SUPPORTED) and before or after a failed registration.
+    fabric_domain: FabricDomain | None = None
     # (DCGM field name, value) for the field table's rows that have no attribute above (fields
     # only a --collectors file turns on), sorted by name.
     extra: tuple[tuple[str, int | float], ...] = ()

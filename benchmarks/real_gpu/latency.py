@@ -184,6 +184,14 @@ def timed_calls(nvml: Any) -> list[TimedCall]:
             repeats=10,
         ),
         TimedCall("nvmlGpmQueryDeviceSupport", nvml.nvmlGpmQueryDeviceSupport, per_sweep=False),
+        # With the slow fields, on a board a fabric manager registers (NVL72 trays); elsewhere
+        # NOT_SUPPORTED, once (docs/nvml.md, 'Fabric, NVLink errors, C2C and the recovery
+        # action').
+        TimedCall(
+            "nvmlDeviceGetGpuFabricInfoV",
+            lambda h: nvml.nvmlDeviceGetGpuFabricInfoV(h, pynvml.c_nvmlGpuFabricInfo_v3_t()),
+            per_sweep=False,
+        ),
     ]
 
 

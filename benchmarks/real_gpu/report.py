@@ -65,6 +65,10 @@ FUNCTION_FAMILIES: dict[str, tuple[str, ...]] = {
     ),
     "nvmlDeviceGetGridLicensableFeatures_v4": ("DCGM_FI_DEV_VGPU_LICENSE_STATUS",),
     "nvmlGpmQueryDeviceSupport": ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
+    "nvmlDeviceGetGpuFabricInfoV": (
+        "kube_gpu_exporter_nvlink_domain_info",
+        "DCGM_FI_DEV_FABRIC_MANAGER_STATUS",
+    ),
 }
 
 

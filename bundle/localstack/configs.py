@@ -57,6 +57,8 @@ def quick_alerts(config: BundleConfig, for_: str = "5s", window: str = "15s") ->
             **durations,
             xid_window=window,
             idle_window=window,
+            nvlink_error_window=window,
+            fabric_startup_grace=window,
             gpu_missing_lookback="10m",
         ),
         # Its rule group runs once per window: the idlest-GPU table fills within one.

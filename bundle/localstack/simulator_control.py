@@ -17,8 +17,9 @@ class SimulatorControl:
         with urllib.request.urlopen(f"{self._base}/gpus", timeout=10) as response:
             return json.load(response)
 
-    def inject(self, gpu: int, action: str, **body: Any) -> dict[str, Any]:
-        """POST a fault (or its cure), e.g. inject(3, "xid", xid=79)."""
+    def inject(self, gpu: int, action: str, /, **body: Any) -> dict[str, Any]:
+        """POST a fault (or its cure), e.g. inject(3, "xid", xid=79). Positional-only, so a body
+        may name a field `action` (recovery-action's)."""
         request = urllib.request.Request(
             f"{self._base}/gpus/{gpu}/{action}",
             data=json.dumps(body).encode(),

@@ -280,6 +280,6 @@ class LocalStack:
         """The simulated GPUs, with the pods that hold them, from the simulator's control API."""
         return self.simulator.gpus()
 
-    def inject(self, gpu: int, action: str, **body: Any) -> dict[str, Any]:
+    def inject(self, gpu: int, action: str, /, **body: Any) -> dict[str, Any]:
         """POST a fault (or its cure) to the running simulator, e.g. inject(3, "xid", xid=79)."""
         return self.simulator.inject(gpu, action, **body)

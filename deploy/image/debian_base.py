@@ -3,8 +3,10 @@ no container registry. It stands in for python:3.11-slim-bookworm: the same Debi
 Python 3.11 with venv, nothing else. It is built for building and testing the exporter's image,
 not for shipping: debootstrap installs the release as published, without its security updates.
 
-It is built once per recipe: its tag carries a hash of everything below, and an image with that
-tag is reused.
+It is built once per recipe and architecture: its tag carries both, with a hash of everything
+below, and an image with that tag is reused. For another architecture than this machine's,
+debootstrap's second stage runs under qemu (deploy/image/emulation.py), and the packages it
+downloaded stay in build/debootstrap/, so that a changed recipe only unpacks them again.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from deploy.image import emulation
 from deploy.image.engines import Engine, ImageError, succeeds
+from deploy.image.platforms import host_arch
 
 NAME = "kube-gpu-exporter-base"
 ALIAS = "debian-local"
@@ -50,11 +54,13 @@ CMD ["python3"]
 """
 APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
 DEBOOTSTRAP_TIMEOUT_S = 1800
+PACKAGE_CACHE = Path(__file__).resolve().parents[2] / "build" / "debootstrap"
 
 
-def tag() -> str:
-    recipe = json.dumps([SUITE, "minbase", PACKAGES, TRIMMED, CONTAINERFILE]).encode()
-    return f"{NAME}:{SUITE}-{hashlib.sha256(recipe).hexdigest()[:12]}"
+def tag(arch: str | None = None) -> str:
+    arch = arch or host_arch()
+    recipe = json.dumps([SUITE, arch, "minbase", PACKAGES, TRIMMED, CONTAINERFILE]).encode()
+    return f"{NAME}:{SUITE}-{arch}-{hashlib.sha256(recipe).hexdigest()[:12]}"
 
 
 def _source_files(paths: Iterable[Path]) -> list[Path]:
@@ -121,20 +127,28 @@ def _trim(root: Path) -> None:
                 path.unlink()
 
 
-def build(engine: Engine, image: str, mirror_url: str) -> None:
+def build(engine: Engine, image: str, mirror_url: str, arch: str) -> None:
     if os.geteuid() != 0:
         raise ImageError("building the Debian base needs root (debootstrap): run it as root")
     if shutil.which("debootstrap") is None:
         raise ImageError("building the Debian base needs debootstrap: apt-get install debootstrap")
+    emulation.ensure(arch)
+    emulated = arch != host_arch()
+    packages = PACKAGE_CACHE / f"{SUITE}-{arch}"
+    packages.mkdir(parents=True, exist_ok=True)
     scratch = "/var/tmp" if os.access("/var/tmp", os.W_OK) else None
     with tempfile.TemporaryDirectory(prefix="kube-gpu-exporter-base-", dir=scratch) as work:
         root, context = Path(work) / "rootfs", Path(work) / "context"
         context.mkdir()
         started = time.monotonic()
         _step(
-            f"debootstrap {SUITE} from {mirror_url} (about a minute)",
+            f"debootstrap {SUITE} for {arch} from {mirror_url} "
+            f"({'several minutes under emulation' if emulated else 'about a minute'})",
             [
                 "debootstrap",
+                # Natively debootstrap's own default, which knows names the image has none for.
+                *([f"--arch={arch}"] if emulated else []),
+                f"--cache-dir={packages}",
                 "--variant=minbase",
                 f"--include={','.join(PACKAGES)}",
                 SUITE,
@@ -149,7 +163,11 @@ def build(engine: Engine, image: str, mirror_url: str) -> None:
         tar = ["tar", "-C", str(root), "--numeric-owner", "--exclude=./dev/*"]
         _step("packing the root filesystem", [*tar, "-cf", str(context / "rootfs.tar"), "."])
         (context / "Dockerfile").write_text(CONTAINERFILE)
-        _step(f"building {image}", engine.build(context, [image], {}, {}), env=engine.environment())
+        _step(
+            f"building {image}",
+            engine.build(context, [image], {}, {}, f"linux/{arch}" if emulated else None),
+            env=engine.environment(),
+        )
         print(
             f"deploy.image: {image} built: debootstrap {debootstrapped - started:.0f} s, "
             f"image {time.monotonic() - debootstrapped:.0f} s",
@@ -157,11 +175,13 @@ def build(engine: Engine, image: str, mirror_url: str) -> None:
         )
 
 
-def ensure(engine: Engine, mirror_url: str | None = None) -> str:
-    """The base's tag, built first unless an image with it exists."""
-    image = tag()
+def ensure(engine: Engine, mirror_url: str | None = None, arch: str | None = None) -> str:
+    """The base's tag for `arch` (default: this machine's), built first unless an image with it
+    exists."""
+    arch = arch or host_arch()
+    image = tag(arch)
     if succeeds(engine.has_image(image)):
         print(f"deploy.image: reusing {image}", file=sys.stderr)
     else:
-        build(engine, image, mirror_url or mirror())
+        build(engine, image, mirror_url or mirror(), arch)
     return image

@@ -29,9 +29,12 @@ class Engine:
         tags: list[str],
         build_args: dict[str, str],
         secrets: dict[str, Path],
+        platform: str | None = None,
     ) -> list[str]:
         # buildah alone keeps no layer cache unless asked; the others do by default.
         command = ["buildah", "bud", "--layers"] if self.name == "buildah" else [self.name, "build"]
+        if platform:
+            command += ["--platform", platform]
         for tag in tags:
             command += ["--tag", tag]
         for name, value in build_args.items():
@@ -45,8 +48,22 @@ class Engine:
             return ["buildah", "inspect", "--type", "image", image]
         return [self.name, "image", "inspect", image]
 
-    def pull(self, image: str) -> list[str]:
-        return [self.name, "pull", image]
+    def architecture(self, image: str) -> list[str]:
+        """Prints the architecture a local image was built for (amd64, arm64)."""
+        if self.name == "buildah":
+            return [
+                "buildah",
+                "inspect",
+                "--type",
+                "image",
+                "--format",
+                "{{.OCIv1.Architecture}}",
+                image,
+            ]
+        return [self.name, "image", "inspect", "--format", "{{.Architecture}}", image]
+
+    def pull(self, image: str, platform: str | None = None) -> list[str]:
+        return [self.name, "pull", *(["--platform", platform] if platform else []), image]
 
     def save(self, image: str, archive: Path) -> list[str]:
         """The image as a docker-archive: one uncompressed tar per layer and the config."""

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from exporter.attribution.model import AttributedNode, Entity, Labels
 from exporter.config import HostLabel, LabelConfig
-from exporter.snapshot import GpuIdentity, NodeSnapshot, XidRecord
+from exporter.snapshot import GpuIdentity, GpuReadings, NodeSnapshot, XidRecord
 
 # (GPU UUID, GPU-instance id or None for the whole GPU)
 DeviceKey = tuple[str, int | None]
@@ -84,6 +84,13 @@ def _summed(
     return tuple(sorted(counts.items()))
 
 
+def _fabric_label(readings: GpuReadings, config: LabelConfig) -> Labels:
+    domain = readings.fabric_domain
+    if not config.fabric_cluster_label or domain is None:
+        return ()
+    return ((config.fabric_cluster_label, domain.cluster_uuid),)
+
+
 def device_entities(snapshot: NodeSnapshot, config: LabelConfig) -> list[Entity]:
     """The DCGM entities of `snapshot`, without pod labels."""
     host = host_labels(config)
@@ -102,9 +109,12 @@ def device_entities(snapshot: NodeSnapshot, config: LabelConfig) -> list[Entity]
             ("device", ident.device),
             ("modelName", ident.name),
         )
+        # String fields a --collectors file lists as labels: the driver version (node-wide),
+        # then the fabric cluster UUID of this GPU, where it has one.
+        strings = driver + _fabric_label(gpu.readings, config)
         if not ident.mig_enabled:
             entities.append(
-                Entity(gpu, None, base + host + driver, gpu.readings, gpu.xid, gpu.profiling)
+                Entity(gpu, None, base + host + strings, gpu.readings, gpu.xid, gpu.profiling)
             )
             continue
         for inst in gpu.mig_instances:
@@ -113,7 +123,7 @@ def device_entities(snapshot: NodeSnapshot, config: LabelConfig) -> list[Entity]
                 ("GPU_I_PROFILE", inst.profile),
                 ("GPU_I_ID", str(inst.gpu_instance_id)),
                 *host,
-                *driver,
+                *strings,
             )
             readings = replace(
                 gpu.readings,

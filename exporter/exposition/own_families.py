@@ -97,6 +97,14 @@ NVLINK_DATA_BYTES_TOTAL = _own(
     "over this counter gives the rate over any window.",
     (*DEVICE, "direction"),
 )
+NVLINK_DOMAIN_INFO = _own(
+    "nvlink_domain_info",
+    GAUGE,
+    "The multi-node NVLink domain the fabric manager registered the GPU in (its cluster UUID "
+    "and clique ID, from NVML's fabric info); always 1. Only GPUs whose fabric registration "
+    "completed have a series. Group GPUs by NVLink domain with `by (cluster_uuid, clique_id)`.",
+    (*DEVICE, "modelName", "cluster_uuid", "clique_id"),
+)
 CLOCK_EVENT_ACTIVE = _own(
     "clock_event_active",
     GAUGE,

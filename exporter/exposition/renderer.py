@@ -391,6 +391,27 @@ class Renderer:
             ],
         )
         out.family(
+            own.NVLINK_DOMAIN_INFO,
+            [
+                (
+                    body
+                    + ","
+                    + label_body(
+                        (
+                            ("modelName", g.identity.name),
+                            ("cluster_uuid", domain.cluster_uuid),
+                            ("clique_id", str(domain.clique_id)),
+                        )
+                    ),
+                    "1",
+                )
+                for g, body in devices
+                if g.up
+                and g.readings is not None
+                and (domain := g.readings.fabric_domain) is not None
+            ],
+        )
+        out.family(
             own.CLOCK_EVENT_ACTIVE,
             [
                 (

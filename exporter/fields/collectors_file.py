@@ -42,10 +42,11 @@ TYPES = ("gauge", "counter", "label")
 # Accepted by dcgm-exporter's CSV reader, refused here (see the module's docstring).
 DISTRIBUTION_TYPES = ("histogram", "summary")
 
-LABEL_REASON = "label fields other than the driver version are not exported"
-DRIVER_AS_VALUE_REASON = (
-    "the driver version is a string, exported only as a label: list it with type label"
+LABEL_REASON = (
+    "label fields other than the driver version and the fabric cluster UUID are not exported"
 )
+# For both string fields the table has (the driver version, the fabric cluster UUID).
+DRIVER_AS_VALUE_REASON = "the field is a string, exported only as a label: list it with type label"
 DEFAULT_REASON = "a DCGM-only field: NVML has no source for it here"
 # By prefix, first match wins; the rest of DCGM's fields get DEFAULT_REASON.
 PREFIX_REASONS: tuple[tuple[str, str], ...] = (
@@ -59,7 +60,8 @@ PREFIX_REASONS: tuple[tuple[str, str], ...] = (
     ("DCGM_FI_DEV_DIAG_", "diagnostic results need DCGM's diagnostics"),
     (
         "DCGM_FI_DEV_NVLINK_",
-        "NVLink fields other than DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL are not read here",
+        "not read here: of the NVLink fields, only the bandwidth total, the error counters (per "
+        "link for links 0-11, and totals) and the Blackwell NVLINK_COUNT_* family are",
     ),
     ("DCGM_FI_DEV_VGPU_", "vGPU fields other than the license status are not read here"),
 )

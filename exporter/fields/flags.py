@@ -5,21 +5,27 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from exporter.durations import HOUR, WEEK, bounded_duration, format_duration
 from exporter.errors import ConfigurationError, quoted, quoted_path
 from exporter.fields.collectors_file import read_collectors_file
 from exporter.fields.dcgm_catalogue import is_dcgm_field
 from exporter.fields.model import Cadence, DcgmField, Gpm
+from exporter.fields.nvlink_health_rows import FABRIC_CLUSTER_UUID
 from exporter.fields.selection import FieldSelection
 from exporter.fields.table import (
     BY_ANY_NAME,
     CLOCK_EVENTS_COUNT,
     CLOCK_EVENTS_TOTAL,
+    DRIVER_VERSION,
     FIELDS,
     XID_ERRORS_COUNT,
 )
+
+if TYPE_CHECKING:
+    from exporter.config import Config
 
 log = logging.getLogger(__name__)
 # DCGM_EXP_CLOCK_EVENTS_TOTAL and _COUNT count this field's value once per sweep: read less often,
@@ -131,6 +137,26 @@ def selection_settings(
             clock_events_window_ms if fields.lists(CLOCK_EVENTS_COUNT) else None
         ),
     }
+
+
+def with_selection(config: Config, fields: FieldSelection) -> Config:
+    """`config` exporting what the collectors file `fields` lists: its off-by-default fields
+    read, its count windows kept, and the driver-version label it names, unless
+    --driver-version-label chose one. The one way a file is applied, whether --collectors gave
+    it or a simulated fleet ships it (exporter/simulator/node.py)."""
+    flags = config.selection_flags
+    collection = replace(
+        config.collection,
+        **selection_settings(fields, flags.xid_count_window_ms, flags.clock_events_count_window_ms),
+    )
+    labels = config.labels
+    if flags.driver_label is None:
+        # dcgm-exporter attaches the label only when its CSV lists the field, named as listed.
+        listed = fields.get(DRIVER_VERSION)
+        labels = replace(labels, driver_version_label="" if listed is None else listed.name)
+    fabric = fields.get(FABRIC_CLUSTER_UUID)
+    labels = replace(labels, fabric_cluster_label="" if fabric is None else fabric.name)
+    return replace(config, fields=fields, collection=collection, labels=labels)
 
 
 def log_selection(fields: FieldSelection | None) -> None:

@@ -68,9 +68,13 @@ class FieldValue:
 
     nvml_field_id: int
     nvml_field_name: str
+    # Asked once per NVLink link (scopeId = the link's index) and summed over the links, as the
+    # Blackwell NVML_FI_DEV_NVLINK_COUNT_* fields are kept per link.
+    per_link: bool = False
 
     def describe(self) -> str:
-        return f"field value `{self.nvml_field_name}` ({self.nvml_field_id})"
+        text = f"field value `{self.nvml_field_name}` ({self.nvml_field_id})"
+        return f"{text}, summed over the links" if self.per_link else text
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from exporter.fields.model import (
     Scope,
     Spelling,
 )
+from exporter.fields.nvlink_health_rows import FABRIC_CLUSTER_UUID_ROW, NVLINK_HEALTH_FIELDS
 from exporter.nvml.struct_views import view
 
 # Where a 4.9 name is established, in order of strength.
@@ -532,6 +533,8 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
             "DCGM_FI_DEV_FAN_SPEED_RATIO", "ratio", "Fan speed (ratio 0-1).", GO_DCGM_FIELD
         ),
     ),
+    # Blackwell and Grace: NVLink errors, the fabric, C2C, the recovery action (off by default).
+    *NVLINK_HEALTH_FIELDS,
 )
 
 PERCENT = 0.01
@@ -796,6 +799,7 @@ EVENT_FIELDS: tuple[DcgmField, ...] = (
         cadence=Cadence.IDENTITY,
         spelling_4_9=Spelling("DCGM_FI_SYSTEM_DRIVER_VERSION", "", "Driver Version", DCGM_ALIAS),
     ),
+    FABRIC_CLUSTER_UUID_ROW,
 )
 
 FIELDS: tuple[DcgmField, ...] = (*GPU_FIELDS, *PROFILING_FIELDS, *EVENT_FIELDS)

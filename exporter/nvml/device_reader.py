@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid as uuidlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -25,6 +26,14 @@ from typing import Any
 import pynvml
 
 from exporter.fields.model import Cadence, DcgmField, FieldValue, Getter
+from exporter.fields.nvlink_health_rows import (
+    FABRIC_CLIQUE_ID,
+    FABRIC_ERROR_CODE,
+    FABRIC_FIELDS,
+    FABRIC_HEALTH_MASK,
+    FABRIC_HEALTH_SUMMARY,
+    FABRIC_STATUS,
+)
 from exporter.fields.table import BY_NAME, GPU_FIELDS
 from exporter.nvml.energy_estimate import EnergyEstimates
 from exporter.nvml.guarded_calls import Alternative, GuardedNvml
@@ -33,7 +42,7 @@ from exporter.nvml.power_bounds import ceiling_mw, rejection
 from exporter.nvml.rejected_readings import RejectedReadings
 from exporter.nvml.struct_views import view
 from exporter.scrape_cadence import ScrapeCadence
-from exporter.snapshot import GpuIdentity, GpuReadings
+from exporter.snapshot import FabricDomain, GpuIdentity, GpuReadings
 
 
 def _key(row: DcgmField) -> str:
@@ -43,7 +52,9 @@ def _key(row: DcgmField) -> str:
 
 def _field_values(rows: Iterable[DcgmField]) -> dict[int, str]:
     return {
-        row.source.nvml_field_id: _key(row) for row in rows if isinstance(row.source, FieldValue)
+        row.source.nvml_field_id: _key(row)
+        for row in rows
+        if isinstance(row.source, FieldValue) and not row.source.per_link
     }
 
 
@@ -95,6 +106,8 @@ def _text(value: Any) -> str:
 
 
 _NVLINK_ATTRIBUTES = frozenset(NVLINK_FIELDS.values())
+# The GpuReadings attribute of the GPU's NVLink domain (the fabric call, not a row).
+_FABRIC_DOMAIN = "fabric_domain"
 _POWER_ROW = BY_NAME["DCGM_FI_DEV_POWER_USAGE"]
 _NVLINK_ROW = BY_NAME["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"]
 _ENERGY_ROW = BY_NAME["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]
@@ -242,6 +255,8 @@ class DeviceReader:
                 continue
             group = self._group[row.name]
             self._kept_keys[group] = self._kept_keys.get(group, frozenset()) | keys
+        # The NVLink domain is read with the slow fields and stands until their next read.
+        self._kept_keys[SLOW] = self._kept_keys.get(SLOW, frozenset()) | {_FABRIC_DOMAIN}
         self._getters = tuple(
             _GetterRead.of(row, self._group[row.name])
             for row in self._rows
@@ -252,8 +267,16 @@ class DeviceReader:
         self._batched = {
             row.source.nvml_field_id: (_key(row), self._group[row.name])
             for row in self._rows
-            if isinstance(row.source, FieldValue)
+            if isinstance(row.source, FieldValue) and not row.source.per_link
         }
+        # Fields asked once per link (scopeId = link) and summed, as the NVLink rate's are.
+        self._per_link = {
+            row.source.nvml_field_id: (_key(row), self._group[row.name])
+            for row in self._rows
+            if isinstance(row.source, FieldValue) and row.source.per_link
+        }
+        # The fabric rows, all from one nvmlDeviceGetGpuFabricInfoV call per GPU.
+        self._fabric_rows = tuple(row for row in self._rows if row.name in FABRIC_FIELDS)
         self._plans: dict[str, _FieldPlans] = {}
         # UUID -> group -> the group's values as last read, standing until the next read.
         self._kept: dict[str, dict[str, dict[str, int | float]]] = {}
@@ -325,6 +348,15 @@ class DeviceReader:
                 )
             if answer is not None:
                 values[read.value_key] = answer if read.pick is None else read.pick(answer)
+        # The fabric is read with the slow fields whether or not its rows are listed: the
+        # NVLink domain info family is always on (one call per GPU; a board without a fabric
+        # answers NOT_SUPPORTED once and is not asked again).
+        if SLOW in due or any(self._group[row.name] in due for row in self._fabric_rows):
+            domain, fabric = self._fabric(uuid, handle)
+            values[_FABRIC_DOMAIN] = domain
+            for row in self._fabric_rows:
+                if self._group[row.name] in due and row.name in fabric:
+                    values[row.name] = fabric[row.name]
         batch = self._batched_read(uuid, handle, due)
         batched = batch.values
         power_group = self._group[_POWER_ROW.name]
@@ -383,6 +415,34 @@ class DeviceReader:
                 known = ceiling_mw((known, *limits))
                 self._power_limits[uuid] = known
         return ceiling_mw((known,))
+
+    def _fabric(self, uuid: str, handle: Any) -> tuple[FabricDomain | None, dict[str, int]]:
+        """The GPU's NVLink domain and the fabric rows' values (docs/nvml.md, 'Fabric, NVLink
+        errors, C2C and the recovery action'); (None, {}) where the GPU has no fabric
+        (NOT_SUPPORTED, remembered by the guard) or the call failed."""
+        info = pynvml.c_nvmlGpuFabricInfo_v3_t()
+        answer = self._nvml.probe(uuid, "fabric", "nvmlDeviceGetGpuFabricInfoV", handle, info)
+        if answer is None:
+            return None, {}
+        state = int(info.state)
+        completed = state == pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
+        failed = completed and info.status != pynvml.NVML_SUCCESS
+        # The domain is the fabric manager's to give: only a registration that completed
+        # without error has one (before, the UUID is all zeros).
+        domain = None
+        if completed and not failed:
+            cluster = str(uuidlib.UUID(bytes=bytes(info.clusterUuid)))
+            domain = FabricDomain(cluster_uuid=cluster, clique_id=int(info.cliqueId))
+        values = {
+            # DCGM's fabric manager status: the probe state, and 4 for one completed in error.
+            FABRIC_STATUS: 4 if failed else state,
+            FABRIC_CLIQUE_ID: int(info.cliqueId),
+            FABRIC_HEALTH_MASK: int(info.healthMask),
+            FABRIC_HEALTH_SUMMARY: int(info.healthSummary),
+        }
+        if completed:
+            values[FABRIC_ERROR_CODE] = int(info.status)
+        return domain, values
 
     def _vgpu_licence(self, uuid: str, handle: Any) -> int | None:
         """DCGM's VGPU_LICENSE_STATUS (docs/nvml.md, 'vGPU licence'): 0 where the GPU has no
@@ -479,12 +539,16 @@ class DeviceReader:
         attributes = [attribute for attribute, _group in entries.values()]
         groups = [group for _attribute, group in entries.values()]
         nvlink_group = self._group.get(_NVLINK_ROW.name)
-        if nvlink_group is not None:
-            for link in range(self._nvlink_count(uuid, handle)):
-                for field_id, attribute in NVLINK_FIELDS.items():
+        if nvlink_group is not None or self._per_link:
+            links = self._nvlink_count(uuid, handle)
+            per_link = dict(self._per_link)
+            if nvlink_group is not None:
+                per_link.update({fid: (attr, nvlink_group) for fid, attr in NVLINK_FIELDS.items()})
+            for link in range(links):
+                for field_id, (attribute, group) in per_link.items():
                     request.append((field_id, link))
                     attributes.append(attribute)
-                    groups.append(nvlink_group)
+                    groups.append(group)
         plans = _FieldPlans(_FieldPlan(request, attributes, groups))
         with self._plans_lock:
             self._plans[uuid] = plans

@@ -51,7 +51,22 @@ class GuardedNvml:
     def call(self, uuid: str, key: str, function: str, *args: Any, **kwargs: Any) -> Any | None:
         return self.first_available(uuid, key, [(function, args, kwargs)])
 
-    def first_available(self, uuid: str, key: str, alternatives: Sequence[Alternative]) -> Any:
+    def probe(self, uuid: str, key: str, function: str, *args: Any) -> Any | None:
+        """As call(), for a feature asked of every GPU whether or not the user listed it (the
+        NVLink fabric): NOT_SUPPORTED is then the ordinary answer of a board without it, so it
+        is remembered as call() remembers it but neither counted nor logged above debug, as a
+        field value a batch refuses is not (otherwise every H100 or L4 node would show NVML
+        errors for a call nobody asked for)."""
+        return self.first_available(uuid, key, [(function, args, {})], count_refusal=False)
+
+    def first_available(
+        self,
+        uuid: str,
+        key: str,
+        alternatives: Sequence[Alternative],
+        *,
+        count_refusal: bool = True,
+    ) -> Any:
         """Try each alternative in order (newest API first); remember the ones that cannot work."""
         for position, (function, args, kwargs) in enumerate(alternatives):
             alt_key = f"{key}:{position}"
@@ -64,10 +79,17 @@ class GuardedNvml:
                 raise
             except PERMANENTLY_UNAVAILABLE as exc:
                 name = error_name(exc)
-                self._tally.record(function, name)
+                if count_refusal:
+                    self._tally.record(function, name)
                 with self._lock:
                     self._unavailable[(uuid, alt_key)] = name
-                log.info("%s: %s is %s on this device; not asking again", uuid, function, name)
+                log.log(
+                    logging.INFO if count_refusal else logging.DEBUG,
+                    "%s: %s is %s on this device; not asking again",
+                    uuid,
+                    function,
+                    name,
+                )
             except NVMLError as exc:
                 self._tally.record(function, error_name(exc))
                 log.debug("%s: %s failed: %s", uuid, function, exc)

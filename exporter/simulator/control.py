@@ -8,6 +8,9 @@ end-to-end tests and `make demo` users can break a running simulated node with c
     POST /-/simulator/gpus/{index}/power-glitch  {"milliwatts": 4294967295, "seconds": 2}
     POST /-/simulator/gpus/{index}/workload      {"workload": "idle"}
     POST /-/simulator/gpus/{index}/unhealthy     {"unhealthy": true}      (device plugin view)
+    POST /-/simulator/gpus/{index}/nvlink-errors {"kind": "replay", "link": 3, "count": 10}
+    POST /-/simulator/gpus/{index}/fabric        {"state": "completed", "degraded_bandwidth": true}
+    POST /-/simulator/gpus/{index}/recovery-action {"action": "reset"}
     POST /-/simulator/gpus/{index}/lose | restore | reset
     POST /-/simulator/driver/unload | load        every NVML call fails / works again
     POST /-/simulator/kubelet/stop | start        the pod-resources socket goes away / returns
@@ -31,6 +34,13 @@ from aiohttp import web
 from exporter.server import INDEX_LINKS_KEY
 from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fake_nvml import FakeNvml
+from exporter.simulator.nvlink_health import (
+    FABRIC_STATES,
+    HEALTH_BITS,
+    KINDS,
+    RECOVERY_ACTIONS,
+    health_mask,
+)
 from exporter.simulator.sim_gpu import SimGpu, SimMigInstance
 from exporter.simulator.workload import SHAPES
 from exporter.small_yaml import SHOWN_CHARS, shown
@@ -78,7 +88,53 @@ def _workload(nvml: FakeNvml, _k: FakeKubelet, gpu: SimGpu, body: dict[str, Any]
     nvml.set_workload(gpu.index, body["workload"])
 
 
+def _nvlink_errors(nvml: FakeNvml, _k: FakeKubelet, gpu: SimGpu, body: dict[str, Any]) -> None:
+    kind, link = body["kind"], body["link"]
+    if kind not in KINDS:
+        raise BadRequest(f"kind: {shown(kind)} is not one of {', '.join(KINDS)}")
+    links = gpu.model.nvlink_links
+    if not links:
+        raise BadRequest(f"link: GPU {gpu.index} has no NVLink")
+    if link >= links:
+        raise BadRequest(f"link: GPU {gpu.index} has links 0-{links - 1}")
+    nvml.inject_nvlink_errors(gpu.index, kind, link, body["count"])
+
+
+def _fabric(nvml: FakeNvml, _k: FakeKubelet, gpu: SimGpu, body: dict[str, Any]) -> None:
+    state = body["state"]
+    if state is not None and state not in FABRIC_STATES:
+        raise BadRequest(f"state: {shown(state)} is not one of {', '.join(FABRIC_STATES)}")
+    if gpu.nvlink_health.fabric is None:
+        raise BadRequest(f"GPU {gpu.index} is registered with no NVLink fabric")
+    # Every condition the body leaves out is false: the body describes the whole mask.
+    mask = health_mask({name: bool(body[name]) for name in HEALTH_BITS})
+    nvml.set_fabric(gpu.index, None if state is None else FABRIC_STATES[state], mask)
+
+
+def _recovery_action(nvml: FakeNvml, _k: FakeKubelet, gpu: SimGpu, body: dict[str, Any]) -> None:
+    action = body["action"]
+    if action not in RECOVERY_ACTIONS:
+        raise BadRequest(f"action: {shown(action)} is not one of {', '.join(RECOVERY_ACTIONS)}")
+    nvml.set_recovery_action(gpu.index, RECOVERY_ACTIONS[action])
+
+
 ACTIONS: dict[str, tuple[dict[str, Field], Action]] = {
+    "nvlink-errors": (
+        {
+            "kind": Field(str, required=True),
+            "link": Field(int, low=0, high=17, required=True),
+            "count": Field(int, default=1, low=1, high=1_000_000_000),
+        },
+        _nvlink_errors,
+    ),
+    "fabric": (
+        {
+            "state": Field(str, nullable=True),
+            **{name: Field(bool, default=False) for name in HEALTH_BITS},
+        },
+        _fabric,
+    ),
+    "recovery-action": ({"action": Field(str, required=True)}, _recovery_action),
     "xid": (
         {
             "xid": Field(int, low=1, high=999, required=True),
@@ -181,7 +237,22 @@ def gpu_state(gpu: SimGpu, kubelet: FakeKubelet) -> dict[str, Any]:
         "mig_instances": [_instance_state(m) for m in gpu.live_instances()],
         "temperature_offset_celsius": gpu.temperature_offset_c,
         "unhealthy": gpu.uuid in kubelet.faults.unhealthy_gpus,
+        "nvlink_errors": {k: gpu.nvlink_health.total(k) for k in KINDS if gpu.model.nvlink_links},
+        "fabric": _fabric_state(gpu),
+        "recovery_action": gpu.nvlink_health.recovery_action,
         "pods": kubelet.pods_using(gpu),
+    }
+
+
+def _fabric_state(gpu: SimGpu) -> dict[str, Any] | None:
+    fabric = gpu.nvlink_health.fabric
+    if fabric is None:
+        return None
+    names = {number: name for name, number in FABRIC_STATES.items()}
+    return {
+        "state": names.get(fabric.state, str(fabric.state)),
+        "clique_id": fabric.clique_id,
+        "health_mask": fabric.health_mask,
     }
 
 

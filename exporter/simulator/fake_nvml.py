@@ -37,6 +37,7 @@ from exporter.simulator.nvml.field_models import ModelledGetters
 from exporter.simulator.nvml.fields import FieldCalls
 from exporter.simulator.nvml.gpm import GpmCalls
 from exporter.simulator.nvml.mig import MigCalls
+from exporter.simulator.nvml.nvlink_fields import FabricCalls
 from exporter.simulator.nvml.processes import ProcessCalls
 from exporter.simulator.nvml.reliability import ReliabilityCalls
 from exporter.simulator.nvml.sensors import SensorCalls
@@ -50,6 +51,7 @@ class FakeNvml(
     ModelledGetters,
     ReliabilityCalls,
     FieldCalls,
+    FabricCalls,
     MigCalls,
     GpmCalls,
     EventCalls,
@@ -105,6 +107,31 @@ class FakeNvml(
 
     def inject_xid(self, index: int, xid: int, gpu_instance_id: int | None = None) -> None:
         self._emit(index, pynvml.nvmlEventTypeXidCriticalError, xid, gpu_instance_id)
+
+    def inject_nvlink_errors(self, index: int, kind: str, link: int, count: int) -> None:
+        """Add `count` to one link's counter of `kind` (nvlink_health.KINDS)."""
+        gpu = self.gpus[index]
+        with gpu.lock:
+            gpu.nvlink_health.burst(kind, link, count)
+
+    def set_fabric(
+        self, index: int, state: int | None = None, health_mask: int | None = None
+    ) -> None:
+        """Move a registered GPU's fabric probe state and health mask (None: leave it)."""
+        gpu = self.gpus[index]
+        fabric = gpu.nvlink_health.fabric
+        if fabric is None:
+            raise ValueError(f"GPU {index} has no NVLink fabric")
+        with gpu.lock:
+            if state is not None:
+                fabric.state = state
+            if health_mask is not None:
+                fabric.health_mask = health_mask
+
+    def set_recovery_action(self, index: int, action: int) -> None:
+        gpu = self.gpus[index]
+        with gpu.lock:
+            gpu.nvlink_health.recovery_action = action
 
     def inject_ecc_error(self, index: int, double_bit: bool = True, count: int = 1) -> None:
         gpu = self.gpus[index]

@@ -4,6 +4,7 @@ so a mistake is reported as one line naming the offending field."""
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -53,6 +54,16 @@ class GpuSpec:
     # How the node's kubelet hands this GPU (or its MIG devices) to pods: NVIDIA's device plugin,
     # or NVIDIA's DRA driver (gpu.nvidia.com).
     allocation: str = "device-plugin"
+    # The multi-node NVLink fabric the GPU is registered with; None: none (NVML answers
+    # NOT_SUPPORTED). Set from the fleet's `fabric` block on fabric-capable models only.
+    fabric: FabricSpec | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FabricSpec:
+    # The cluster UUID and clique ID the fabric manager gives every GPU of one NVLink domain.
+    cluster_uuid: str
+    clique_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +103,17 @@ def builtin_fleet(name: str) -> FleetSpec:
         )
     folder = resources.files("exporter.simulator").joinpath(FLEETS_FOLDER)
     return parse_fleet(folder.joinpath(f"{name}.yaml").read_text(), f"built-in fleet {name}")
+
+
+def builtin_collectors(name: str | None) -> str | None:
+    """The dcgm-exporter CSV a built-in fleet ships beside its YAML (`<name>-collectors.csv`),
+    for the fields its boards serve beyond the defaults (the gb200 tray's NVLink, fabric and C2C
+    families); None for a fleet without one, and for a fleet file."""
+    if name is None or name not in builtin_fleets():
+        return None
+    folder = resources.files("exporter.simulator").joinpath(FLEETS_FOLDER)
+    path = folder.joinpath(f"{name}-collectors.csv")
+    return str(path) if path.is_file() else None
 
 
 def default_fleet() -> FleetSpec:
@@ -174,6 +196,7 @@ class _Parser:
                 "nvml_privileged",
                 "cgroup_layout",
                 "gpus",
+                "fabric",
             },
         )
         node_name = top.get("node_name", "sim-gpu-node-0")
@@ -224,6 +247,9 @@ class _Parser:
             if len(gpus) + count > MAX_GPUS:
                 raise self._fail(f"gpus[{i}].count", f"the node would exceed {MAX_GPUS} GPUs")
             gpus.extend([spec] * count)
+        fabric = self._fabric(top.get("fabric"))
+        if fabric is not None:
+            gpus = [replace(g, fabric=fabric) if g.model.fabric_capable else g for g in gpus]
         return FleetSpec(
             node_name,
             driver,
@@ -235,6 +261,22 @@ class _Parser:
             cgroup_layout=str(layout),
             call_costs=str(costs),
         )
+
+    def _fabric(self, value: Any) -> FabricSpec | None:
+        if value is None:
+            return None
+        doc = self._mapping(value, "fabric", {"cluster_uuid", "clique_id"})
+        text = doc.get("cluster_uuid")
+        try:
+            parsed = uuid.UUID(str(text)) if isinstance(text, str) else None
+        except ValueError:
+            parsed = None
+        if parsed is None:
+            raise self._fail(
+                "fabric.cluster_uuid", f"{small_yaml.shown(text)} is not a UUID (quote it)"
+            )
+        clique = self._whole(doc.get("clique_id", 0), "fabric.clique_id", 0, 2**32 - 1)
+        return FabricSpec(str(parsed), clique)
 
     def _allocation(self, value: Any, path: str) -> str:
         if value not in ALLOCATIONS:

@@ -9,6 +9,8 @@ ARCH_TURING = 6
 ARCH_AMPERE = 7
 ARCH_ADA = 8
 ARCH_HOPPER = 9
+# NVML_DEVICE_ARCH_BLACKWELL in nvml.h (nvidia-ml-py names it too).
+ARCH_BLACKWELL = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,18 @@ class GpuModel:
     # `nvidia-smi -q` gives it for the board, so nothing may compare against a guess.
     power_limit_min_mw: int | None = None
     power_limit_max_mw: int | None = None
+    # NVLink-C2C links to a Grace CPU (NVML_FI_DEV_C2C_LINK_COUNT); 0 off Grace, where NVML
+    # answers NOT_SUPPORTED for the C2C fields.
+    c2c_links: int = 0
+    # Whether the board can join a multi-node NVLink fabric (NVL72 trays), so that
+    # nvmlDeviceGetGpuFabricInfoV answers once the fleet gives it a fabric; elsewhere it is
+    # NOT_SUPPORTED (docs/nvml.md, 'NOT_SUPPORTED matrix').
+    fabric_capable: bool = False
+
+    @property
+    def nvlink_counts(self) -> bool:
+        """The per-link NVML_FI_DEV_NVLINK_COUNT_* fields: Blackwell and newer only."""
+        return self.architecture >= ARCH_BLACKWELL and self.nvlink_links > 0
 
     @property
     def mig_capable(self) -> bool:
@@ -255,8 +269,128 @@ L40S = GpuModel(
     hbm=False,
 )
 
+
+# Blackwell boards (docs/nvml.md, 'Device table' and 'MIG profiles' give each value's source and
+# say which are the simulator's own choices). The MIG tables reuse Hopper's GI profile ids and
+# placements: the profile names and counts are published, the ids and SM counts per profile are
+# not (see docs/nvml.md).
+_B200_PROFILES = _profiles(
+    [
+        ("1g.23gb", 19, 0, 7, 20992, 18, _ALL7, 1),
+        ("1g.23gb+me", 20, 7, 1, 20992, 18, _ALL7, 1),
+        ("1g.45gb", 15, 9, 4, 45312, 18, (0, 2, 4, 6), 2),
+        ("2g.45gb", 14, 1, 3, 45312, 36, (0, 2, 4), 2),
+        ("3g.90gb", 9, 2, 2, 91136, 54, (0, 4), 4),
+        ("4g.90gb", 5, 3, 1, 91136, 72, (0,), 4),
+        ("7g.180gb", 0, 4, 1, 182784, 126, (0,), 8),
+    ]
+)
+
+B200 = GpuModel(
+    key="B200",
+    name="NVIDIA B200",
+    pci_device_id=0x290110DE,
+    memory_mib=183359,
+    reserved_mib=575,
+    tdp_mw=1_000_000,
+    idle_power_mw=140_000,
+    architecture=ARCH_BLACKWELL,
+    compute_capability=(10, 0),
+    max_sm_clock_mhz=1965,
+    idle_sm_clock_mhz=345,
+    mem_clock_mhz=3996,
+    nvlink_links=18,
+    hbm=True,
+    power_limit_max_mw=1_000_000,
+    mig_profiles=_B200_PROFILES,
+)
+
+GB200 = GpuModel(
+    key="GB200",
+    name="NVIDIA GB200",
+    pci_device_id=0x294110DE,
+    memory_mib=189471,
+    reserved_mib=575,
+    tdp_mw=1_200_000,
+    idle_power_mw=160_000,
+    architecture=ARCH_BLACKWELL,
+    compute_capability=(10, 0),
+    max_sm_clock_mhz=1965,
+    idle_sm_clock_mhz=345,
+    mem_clock_mhz=3996,
+    nvlink_links=18,
+    hbm=True,
+    power_limit_max_mw=1_200_000,
+    c2c_links=10,
+    fabric_capable=True,
+    mig_profiles=_profiles(
+        [
+            ("1g.23gb", 19, 0, 7, 20992, 18, _ALL7, 1),
+            ("1g.23gb+me", 20, 7, 1, 20992, 18, _ALL7, 1),
+            ("1g.47gb", 15, 9, 4, 46848, 18, (0, 2, 4, 6), 2),
+            ("2g.47gb", 14, 1, 3, 46848, 36, (0, 2, 4), 2),
+            ("3g.93gb", 9, 2, 2, 94208, 54, (0, 4), 4),
+            ("4g.93gb", 5, 3, 1, 94208, 72, (0,), 4),
+            ("7g.186gb", 0, 4, 1, 188416, 126, (0,), 8),
+        ]
+    ),
+)
+
+_B300_PROFILES = _profiles(
+    [
+        ("1g.34gb", 19, 0, 7, 33792, 18, _ALL7, 1),
+        ("1g.34gb+me", 20, 7, 1, 33792, 18, _ALL7, 1),
+        ("1g.67gb", 15, 9, 4, 67584, 18, (0, 2, 4, 6), 2),
+        ("2g.67gb", 14, 1, 3, 67584, 36, (0, 2, 4), 2),
+        ("3g.135gb", 9, 2, 2, 135168, 54, (0, 4), 4),
+        ("4g.135gb", 5, 3, 1, 135168, 72, (0,), 4),
+        ("7g.269gb", 0, 4, 1, 270336, 126, (0,), 8),
+    ]
+)
+
+B300 = GpuModel(
+    key="B300",
+    name="NVIDIA B300 SXM6 AC",
+    pci_device_id=0x318210DE,
+    memory_mib=275040,
+    reserved_mib=575,
+    tdp_mw=1_100_000,
+    idle_power_mw=150_000,
+    architecture=ARCH_BLACKWELL,
+    compute_capability=(10, 3),
+    max_sm_clock_mhz=1920,
+    idle_sm_clock_mhz=345,
+    mem_clock_mhz=3996,
+    nvlink_links=18,
+    hbm=True,
+    mig_profiles=_B300_PROFILES,
+)
+
+GB300 = GpuModel(
+    key="GB300",
+    name="NVIDIA GB300",
+    # No published capture gives the GB300's device id: a placeholder beside the B300's, which
+    # nothing may match on (docs/nvml.md, 'Device table').
+    pci_device_id=0x31C210DE,
+    memory_mib=284672,
+    reserved_mib=575,
+    tdp_mw=1_400_000,
+    idle_power_mw=170_000,
+    architecture=ARCH_BLACKWELL,
+    compute_capability=(10, 3),
+    max_sm_clock_mhz=1920,
+    idle_sm_clock_mhz=345,
+    mem_clock_mhz=3996,
+    nvlink_links=18,
+    hbm=True,
+    c2c_links=10,
+    fabric_capable=True,
+    mig_profiles=_B300_PROFILES,
+)
+
 MODELS: dict[str, GpuModel] = {
-    m.key: m for m in (H100_80GB, H200, A100_80GB, A100_40GB, T4, L4, L40S)
+    m.key: m
+    for m in (H100_80GB, H200, A100_80GB, A100_40GB, T4, L4, L40S, B200, GB200, B300, GB300)
 }
 
 

@@ -16,11 +16,13 @@ from pathlib import Path
 
 from exporter.config import Config
 from exporter.errors import ConfigurationError
+from exporter.fields.collectors_file import read_collectors_file
+from exporter.fields.flags import log_selection, with_selection
 from exporter.node_backend import NodeBackend
 from exporter.simulator.control import PREFIX, add_control_routes
 from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import FleetError, FleetSpec, resolve_fleet
+from exporter.simulator.fleet import FleetError, FleetSpec, builtin_collectors, resolve_fleet
 from exporter.simulator.host_tree import HostTree
 from exporter.simulator.processes import ProcessTable
 
@@ -33,6 +35,21 @@ def simulated_fleet(config: Config) -> FleetSpec:
         return resolve_fleet(config.fleet_file)
     except FleetError as exc:
         raise ConfigurationError(str(exc)) from None
+
+
+def with_fleet_collectors(config: Config) -> Config:
+    """`config` exporting the fields its built-in fleet ships a collectors CSV for (gb200's
+    NVLink, fabric and C2C families), as if --collectors had named it; an explicit --collectors
+    wins, and a fleet without a CSV, or a fleet file, changes nothing."""
+    if config.fields is not None:
+        return config
+    path = builtin_collectors(config.fleet_file)
+    if path is None:
+        return config
+    fields = read_collectors_file(path)
+    log.info("fleet %s exports the fields of its collectors file %s", config.fleet_file, path)
+    log_selection(fields)
+    return with_selection(config, fields)
 
 
 # Tried after tempfile's own candidates (TMPDIR, /tmp, /var/tmp, ...): Docker, podman and
@@ -91,6 +108,7 @@ def simulated_node(
     its fake kubelet and host tree, and its API server where --kubernetes has no kubeconfig.
     `clock` drives the simulated GPUs (a test steps its own through simulated minutes)."""
     fleet = simulated_fleet(config) if fleet is None else fleet
+    config = with_fleet_collectors(config)
     # First: without it the simulator cannot start, and a refusal is better said before anything.
     scratch = scratch_directory()
     log.info(

@@ -11,6 +11,7 @@ import uuid as uuidlib
 from dataclasses import dataclass, field
 
 from exporter.simulator.fleet import GpuSpec
+from exporter.simulator.nvlink_health import FabricState, NvlinkHealth
 from exporter.simulator.workload import SHAPES, WorkloadShape, smooth_noise, utilization
 
 MIB = 1 << 20
@@ -40,6 +41,12 @@ def stable_uuid(seed: int, *parts: object) -> str:
             uuidlib.NAMESPACE_OID, f"kube-gpu-exporter/{seed}/" + "/".join(map(str, parts))
         )
     )
+
+
+def _fabric(spec: GpuSpec) -> FabricState | None:
+    if spec.fabric is None:
+        return None
+    return FabricState(uuidlib.UUID(spec.fabric.cluster_uuid).bytes, spec.fabric.clique_id)
 
 
 @dataclass
@@ -130,6 +137,7 @@ class SimGpu:
         history_kib = (
             NVLINK_FULL_LOAD_KIB_PER_S * NVLINK_HISTORY_S * (1 + index / 10) / max(1, links)
         )
+        self.nvlink_health = NvlinkHealth(links=links, fabric=_fabric(spec))
         self.counters = Counters(
             energy_mj=1.0e9 + index * 3.3e7,
             nvlink_tx_kib=[history_kib] * links,

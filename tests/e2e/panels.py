@@ -38,8 +38,36 @@ def needs_kube_state_metrics(dashboards: Sequence[Path]) -> set[tuple[str, str]]
     }
 
 
+# Panels of the NVLink, fabric and C2C families, which only a node with an NVLink fabric serves
+# (a collectors file turns them on): empty on the default simulated node, and each one with data
+# on `--simulate gb200` (test_nvlink_fabric.py).
+_FABRIC_NODE_PANELS = {
+    "gpu-devices": (
+        "NVLink errors per link",
+        "NVLink errors per counter",
+        "NVLink traffic (Blackwell counters)",
+        "Fabric registration",
+        "Fabric health",
+        "Fabric health conditions",
+        "C2C link",
+        "Recovery action",
+    ),
+    "gpu-cluster-capacity": ("GPUs by NVLink domain",),
+}
+
+
+def needs_fabric_node(dashboards: Sequence[Path]) -> set[tuple[str, str]]:
+    """(dashboard title, panel title) of the panels only a node on an NVLink fabric fills."""
+    return {
+        (json.loads(path.read_text())["title"], panel)
+        for path in dashboards
+        for panel in _FABRIC_NODE_PANELS.get(path.stem, ())
+    }
+
+
 DASHBOARDS = dashboards_of(DEFAULT.dcgm_version)
 NEEDS_KUBE_STATE_METRICS = needs_kube_state_metrics(DASHBOARDS)
+NEEDS_FABRIC_NODE = needs_fabric_node(DASHBOARDS)
 
 
 def run_panels(

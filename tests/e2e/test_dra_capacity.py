@@ -24,7 +24,12 @@ from exporter.simulator.fleet import builtin_fleet, default_fleet
 from exporter.simulator.resource_slices import resource_slices
 from tests.e2e.conftest import started_stack
 from tests.e2e.ksm_fake import FakeKubeStateMetrics
-from tests.e2e.panels import dashboards_of, needs_kube_state_metrics, run_panels
+from tests.e2e.panels import (
+    dashboards_of,
+    needs_fabric_node,
+    needs_kube_state_metrics,
+    run_panels,
+)
 from tests.e2e.test_panels import warm_up
 from tests.support.fake_kube_api import FakeKubeApi, write_kubeconfig
 
@@ -99,7 +104,7 @@ def test_every_capacity_panel_has_data(cluster):
     results = run_panels(cluster.stack.api, dashboards=CAPACITY)
     assert len(results) > 10
     empty = {key for key, per_query in results.items() if not all(per_query)}
-    assert empty == needs_kube_state_metrics(CAPACITY)
+    assert empty == needs_kube_state_metrics(CAPACITY) | needs_fabric_node(CAPACITY)
 
 
 def _by_node(api, expr: str) -> dict[str, float]:

@@ -16,7 +16,7 @@ from bundle.localstack.configs import FAST, quick_alerts
 from dashboards.grafana_queries import seconds
 from tests.e2e.conftest import wait_until
 from tests.e2e.global_view import GlobalView
-from tests.e2e.panels import NEEDS_KUBE_STATE_METRICS, run_panels
+from tests.e2e.panels import NEEDS_FABRIC_NODE, NEEDS_KUBE_STATE_METRICS, run_panels
 
 CLUSTERS = ("east", "west")
 # A benign XID (13: graphics engine exception) so the XID panels have an event to show.
@@ -155,7 +155,7 @@ def test_every_panel_answers_from_the_global_view(view):
     results = run_panels(view.api)
     assert len(results) > 40
     empty = {key for key, per_query in results.items() if not all(per_query)}
-    assert empty == NEEDS_KUBE_STATE_METRICS
+    assert empty == NEEDS_KUBE_STATE_METRICS | NEEDS_FABRIC_NODE
     # The cluster variable picks one cluster (its first value); panels count only its GPUs.
     [[physical]] = results[("GPU / Cluster Capacity", "Physical GPUs")]
     assert float(physical["values"][-1][1]) == len(view.clusters[0].simulator.gpus())

@@ -21,7 +21,12 @@ from dashboards.grafana_queries import resolve_variables, seconds
 from exporter.dcgm_compat import RENAMES_4_9
 from tests.e2e.conftest import started_stack, wait_for_rule_evaluations, wait_until
 from tests.e2e.ksm_fake import PENDING_POD, FakeKubeStateMetrics, ksm_exposition
-from tests.e2e.panels import dashboards_of, needs_kube_state_metrics, run_panels
+from tests.e2e.panels import (
+    dashboards_of,
+    needs_fabric_node,
+    needs_kube_state_metrics,
+    run_panels,
+)
 
 # A benign XID (13: graphics engine exception) so the XID panels have an event to show.
 WARM_UP_XID = 13
@@ -117,7 +122,8 @@ def test_every_panel_has_data_except_those_needing_kube_state_metrics(warm):
     results = run_panels(warm.stack.api, dashboards=warm.dashboards)
     assert len(results) > 40
     empty = {key for key, per_query in results.items() if not all(per_query)}
-    assert empty == warm.needs_kube_state_metrics
+    # The NVLink fabric's panels have data on a fabric node only (test_nvlink_fabric.py).
+    assert empty == warm.needs_kube_state_metrics | needs_fabric_node(warm.dashboards)
 
 
 def test_kube_state_metrics_panels_have_data_from_synthetic_series(warm):

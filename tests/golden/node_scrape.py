@@ -70,6 +70,9 @@ class Golden:
 GOLDENS: tuple[Golden, ...] = (
     Golden("default_node.prom"),
     Golden("default_node_dcgm_4.8.2.prom", dcgm=DcgmVersion.V4_8_2),
+    # The default's scrape (docs/dcgm-exporter-compatibility.md, 'What 4.8.4 changed'), in a
+    # file of its own so that a difference shows as a golden diff.
+    Golden("default_node_dcgm_4.8.4.prom", dcgm=DcgmVersion.V4_8_4),
     Golden("default_node_dcgm_4.9.prom", dcgm=DcgmVersion.V4_9),
     Golden(
         "kubernetes_node.prom",
@@ -84,6 +87,9 @@ GOLDENS: tuple[Golden, ...] = (
     ),
     # NVIDIA's DRA driver hands out the GPUs; the fake API serves its ResourceSlices.
     Golden("dra_node.prom", ("--kubernetes",), kubernetes=True, fleet="dra"),
+    # A GB200 tray with its own collectors file: the NVLink error, fabric and C2C families, the
+    # fabric cluster UUID label, and the NVLink domain info.
+    Golden("gb200_node.prom", fleet="gb200"),
 )
 
 

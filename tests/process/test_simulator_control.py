@@ -88,8 +88,14 @@ def test_process_lists_every_gpu_with_the_pods_holding_it(exporter):
         "mig_instances",
         "temperature_offset_celsius",
         "unhealthy",
+        "nvlink_errors",
+        "fabric",
+        "recovery_action",
         "pods",
     }
+    # The default node's H100s: NVLink counters, but no fabric and no recovery asked for.
+    assert gpus[0]["nvlink_errors"]["replay"] == 0
+    assert gpus[0]["fabric"] is None and gpus[0]["recovery_action"] == 0
     assert gpus[0]["pods"] == ["ml-training/llm-pretrain-worker-0"]
     assert len(gpus[3]["pods"]) == 3  # time-sliced replicas
     assert len(gpus[6]["pods"]) == 3 and gpus[6]["mig_enabled"]  # MIG instances

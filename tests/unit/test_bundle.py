@@ -40,11 +40,12 @@ from exporter.config import CollectionConfig, HostLabel
 from exporter.dcgm_compat import RENAMES_4_9, profile
 from exporter.exposition.renderer import Renderer
 from exporter.exposition.store import build_exposition
+from exporter.fields.collectors_file import read_collectors_file
 from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
 from exporter.poller import Poller
 from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import default_fleet
+from exporter.simulator.fleet import builtin_collectors, default_fleet
 from exporter.simulator.host_tree import HostTree
 from exporter.simulator.processes import ProcessTable
 from tests.conftest import (
@@ -173,7 +174,7 @@ def test_config_drives_every_selector_and_label():
         ({"selectors": Selectors(exporter="")}, "selectors.exporter is empty"),
         ({"selectors": Selectors(exporter='{job="x"}')}, "without braces"),
         ({"runbook_url_pattern": "https://example.invalid/runbook"}, "%s"),
-        ({"dcgm_version": "4.7"}, "dcgm_version '4.7' is not one of 4.8.2, 4.8.3, 4.9"),
+        ({"dcgm_version": "4.7"}, "dcgm_version '4.7' is not one of 4.8.2, 4.8.3, 4.8.4, 4.9"),
         ({"labels": LabelNames(hostname=" ")}, "labels.hostname is empty"),
         ({"resources": Resources(whole_gpus=())}, "resources.whole_gpus"),
         ({"resources": Resources(mig_prefixes=('nvidia.com/mig-"',))}, "resources.mig_prefixes"),
@@ -326,11 +327,33 @@ def test_every_panel_has_a_unit_and_a_description(dashboard):
         assert panel["interval"] == DEFAULT.dashboards.min_interval
 
 
+def range_arguments(expr: str) -> list[str]:
+    """The argument of every rate(), irate() and increase() in `expr`, to its matching
+    parenthesis: an argument may hold parentheses of its own (a label_replace in a subquery)."""
+    found = []
+    for match in re.finditer(r"\b(?:rate|irate|increase)\(", expr):
+        depth, start = 1, match.end()
+        for end in range(start, len(expr)):
+            if expr[end] in "()" and not _in_string(expr, end):
+                depth += 1 if expr[end] == "(" else -1
+                if depth == 0:
+                    found.append(expr[start:end])
+                    break
+    return found
+
+
+def _in_string(expr: str, index: int) -> bool:
+    return expr[:index].count('"') % 2 == 1
+
+
 def test_queries_use_rate_interval_and_carry_a_selector(dashboard):
     exporter, ksm = DEFAULT.selectors.exporter, DEFAULT.selectors.kube_state_metrics
+    scrape = DEFAULT.scrape.interval
     for expr in dashboard_targets(dashboard):
-        for window in re.findall(r"\b(?:rate|irate|increase)\((.*?)\)", expr):
-            assert window.endswith("[$__rate_interval]"), expr
+        for window in range_arguments(expr):
+            # Over a series or over a subquery at the scrape interval (families told apart by
+            # a label cut out of their name, which rate() would drop).
+            assert window.endswith(("[$__rate_interval]", f"[$__rate_interval:{scrape}]")), expr
         for metric, matchers in re.findall(r"([A-Za-z_:][A-Za-z0-9_:]*)\{([^}]*)\}", expr):
             assert 'cluster=~"$cluster"' in matchers, expr
             if ":" not in metric:  # raw series: the configured selector; recorded: aggregated
@@ -765,9 +788,25 @@ def referenced_metrics(version: str) -> set[str]:
     return names
 
 
+# The exporter's own family of GPUs registered with an NVLink fabric (on wherever the fabric
+# answers), which the default simulated node has none of.
+NVLINK_DOMAIN_INFO = "kube_gpu_exporter_nvlink_domain_info"
+
+
+def fabric_node_families(version: str) -> set[str]:
+    """The off-by-default NVLink, fabric, C2C and recovery-action families the bundle reads: what
+    the built-in gb200 fleet's collectors file turns on, as the flavour's profile spells them.
+    tests/e2e/test_nvlink_fabric.py scrapes them from `--simulate gb200` in a real Prometheus."""
+    path = builtin_collectors("gb200")
+    assert path is not None, "the gb200 fleet ships no collectors file"
+    dcgm = FLAVOURS[version].profile
+    listed = {dcgm.name(field.row.name) for field in read_collectors_file(path).listed}
+    return listed | {NVLINK_DOMAIN_INFO}
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_every_referenced_metric_exists(simulated_metric_names, version):
-    exposed = simulated_metric_names[version]
+    exposed = simulated_metric_names[version] | fabric_node_families(version)
     recorded = {r["record"] for r in all_rules(version) if "record" in r}
     unknown = referenced_metrics(version) - exposed - KUBE_STATE_METRICS - recorded
     assert not unknown, f"not in the simulated exporter's output nor kube-state-metrics: {unknown}"

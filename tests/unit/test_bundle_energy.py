@@ -31,9 +31,11 @@ CARBON = replace(DEFAULT, carbon_intensity_g_per_kwh=450)
 
 
 def energy_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
-    """The panels of the energy row: those after its row panel (it is the dashboard's last)."""
-    titles = [panel["title"] for panel in dashboard["panels"]]
-    return dashboard["panels"][titles.index(ROW) + 1 :]
+    """The panels of the energy row: those after its row panel, up to the next row."""
+    panels = dashboard["panels"]
+    start = [panel["title"] for panel in panels].index(ROW) + 1
+    ends = [i for i in range(start, len(panels)) if panels[i]["type"] == "row"]
+    return panels[start : ends[0] if ends else len(panels)]
 
 
 def as_tested(expr: str) -> str:

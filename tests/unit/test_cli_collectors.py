@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -316,9 +317,14 @@ def test_without_a_file_nothing_changes():
     assert plain.fields is None
     assert plain.collection == CollectionConfig()
     assert plain.labels == LabelConfig()
-    # The windows only matter for a file's families.
-    assert config("-x", "1000", "--clock-events-count-window-size=2000") == plain
-    assert config(DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE="1000") == plain
+    # The windows only matter for a file's families: they are kept for one (a built-in
+    # fleet's, applied later), and change nothing else.
+    windowed = config("-x", "1000", "--clock-events-count-window-size=2000")
+    assert windowed.selection_flags.xid_count_window_ms == 1000
+    assert windowed.selection_flags.clock_events_count_window_ms == 2000
+    assert replace(windowed, selection_flags=plain.selection_flags) == plain
+    from_env = config(DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE="1000")
+    assert replace(from_env, selection_flags=plain.selection_flags) == plain
     assert config(DCGM_EXPORTER_COLLECTORS_UNRELATED="x") == plain
 
 
@@ -364,7 +370,7 @@ def test_each_unsupported_field_is_logged_once_at_start(cli, csv, busy_port):
         f"{path}: DCGM_FI_DEV_POWER_VIOLATION is not exported: "
         "a DCGM-only field: NVML has no source for it here",
         f"{path}: DCGM_FI_DEV_SERIAL is not exported: "
-        "label fields other than the driver version are not exported",
+        "label fields other than the driver version and the fabric cluster UUID are not exported",
     ]
 
 

@@ -83,10 +83,12 @@ COMMENTED_OUT: dict[str, tuple[str, str]] = {
     "DCGM_FI_DEV_RETIRED_SBE": ("unsupported", "DCGM-only"),
     "DCGM_FI_DEV_RETIRED_DBE": ("unsupported", "DCGM-only"),
     "DCGM_FI_DEV_RETIRED_PENDING": ("unsupported", "DCGM-only"),
-    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": ("unsupported", "NVLink"),
-    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": ("unsupported", "NVLink"),
-    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": ("unsupported", "NVLink"),
-    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": ("unsupported", "NVLink"),
+    # The NVLink error totals are read (off by default, as upstream leaves them commented out);
+    # the per-link bandwidth is not.
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": (EXPORTED, "counter"),
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": (EXPORTED, "counter"),
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": (EXPORTED, "counter"),
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": (EXPORTED, "counter"),
     "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0": ("unsupported", "NVLink"),
     "DCGM_FI_NVML_VERSION": ("unsupported", "label fields"),
     "DCGM_FI_DEV_BRAND": ("unsupported", "label fields"),

@@ -31,8 +31,13 @@ from tests.golden.node_scrape import samples
 
 MIB = 1 << 20
 REPO = Path(__file__).resolve().parents[2]
-V482, V483, V49 = DcgmVersion.V4_8_2, DcgmVersion.V4_8_3, DcgmVersion.V4_9
-CLASSIC = (V482, V483)
+V482, V483, V484, V49 = (
+    DcgmVersion.V4_8_2,
+    DcgmVersion.V4_8_3,
+    DcgmVersion.V4_8_4,
+    DcgmVersion.V4_9,
+)
+CLASSIC = (V482, V483, V484)
 
 READINGS = GpuReadings(
     temperature_c=45,
@@ -262,6 +267,18 @@ def test_the_4_9_profile_writes_no_classic_name_it_renames(
     assert {s.name for s in RENAMES_4_9.values()} & classic == set()
 
 
+def test_the_4_8_4_profile_serves_the_4_8_3_scrape(scraped: dict[DcgmVersion, str]) -> None:
+    # What 4.8.4 added is opt-in (docs/dcgm-exporter-compatibility.md, 'Release generations'):
+    # with the default fields, not one DCGM line differs (the exporter's own families carry the
+    # time of each render).
+    def dcgm_lines(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.lstrip("# HELPTY").startswith("DCGM_")]
+
+    assert dcgm_lines(scraped[V484]) == dcgm_lines(scraped[V483])
+    assert len(dcgm_lines(scraped[V483])) > 50
+    assert "DCGM_FI_DEV_FABRIC_HEALTH_MASK" not in scraped[V484]
+
+
 def test_mig_instances_get_their_own_framebuffer_in_each_unit(
     scraped: dict[DcgmVersion, str],
 ) -> None:
@@ -323,6 +340,7 @@ def test_counter_and_gauge_types_per_profile(scraped: dict[DcgmVersion, str]) ->
     [
         (V482, "Hostname", "DCGM_FI_DRIVER_VERSION"),
         (V483, "hostname", "DCGM_FI_DRIVER_VERSION"),
+        (V484, "hostname", "DCGM_FI_DRIVER_VERSION"),
         (V49, "hostname", "DCGM_FI_SYSTEM_DRIVER_VERSION"),
     ],
 )
@@ -411,6 +429,7 @@ TYPE_IN_NAME = "metric name should not include type 'counter'"
 FORCED_LINTS = {
     V482: {CAMEL, NO_TOTAL, TYPE_IN_NAME},
     V483: {CAMEL, NO_TOTAL, TYPE_IN_NAME},
+    V484: {CAMEL, NO_TOTAL, TYPE_IN_NAME},
     # DCGM_FI_DEV_PCIE_REPLAY_COUNTER is DCGM_FI_DEV_PCIE_REPLAY_TOTAL in 4.9.
     V49: {CAMEL, NO_TOTAL},
 }

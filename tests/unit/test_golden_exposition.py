@@ -8,7 +8,8 @@ import difflib
 import pytest
 
 from exporter.dcgm_compat import DEFAULT_PROFILE, PROFILES, DcgmVersion
-from exporter.exposition.metric_family import HOST, LABEL_PREFIXED, MetricFamily
+from exporter.exposition.dcgm_families import families_for
+from exporter.exposition.metric_family import HOST, LABEL_PREFIXED, Declared, MetricFamily
 from exporter.exposition.own_families import (
     OWN_FAMILIES,
     PREFIX,
@@ -18,6 +19,8 @@ from exporter.exposition.own_families import (
     profile_problems,
 )
 from exporter.exposition.text_format import escape_help
+from exporter.fields.collectors_file import read_collectors_file
+from exporter.simulator.fleet import builtin_collectors
 from tests.golden.node_scrape import GOLDENS, Golden, samples, scrape, shape
 
 # Own families no golden can show: they appear only once something has failed.
@@ -57,16 +60,26 @@ def test_exposition_matches_its_golden_file(golden: Golden, scraped: dict[str, s
 
 
 def test_one_golden_per_profile_for_the_default_node() -> None:
-    plain = [g for g in GOLDENS if not g.flags]
+    plain = [g for g in GOLDENS if not g.flags and not g.fleet]
     assert sorted(g.dcgm for g in plain) == sorted(DcgmVersion)
     assert next(g for g in plain if g.file == "default_node.prom").profile == DEFAULT_PROFILE
+
+
+def _declared(golden: Golden) -> tuple[Declared, ...]:
+    """What the golden's exposition may write: a fleet that ships a collectors file (gb200)
+    serves exactly the families it lists."""
+    path = builtin_collectors(golden.fleet or None)
+    if path is None:
+        return all_families(golden.profile)
+    selection = read_collectors_file(path)
+    return (*families_for(golden.profile, selection).declared, *OWN_FAMILIES)
 
 
 @pytest.mark.parametrize("golden", GOLDENS, ids=lambda g: g.file)
 def test_every_scraped_family_is_declared_with_its_help_and_type(
     golden: Golden, scraped: dict[str, str]
 ) -> None:
-    declared = {f.name: f for f in all_families(golden.profile)}
+    declared = {f.name: f for f in _declared(golden)}
     for text in (scraped[golden.file],):
         for line in text.splitlines():
             if not line.startswith(("# HELP ", "# TYPE ")):

@@ -531,8 +531,11 @@ def test_both_monitors_at_once_are_refused():
 
 
 # The `compat.dcgmExporter` value each committed flavour is picked by; the default flavour also
-# by the empty default.
-PICKS = [(version, version) for version in FLAVOURS] + [("", DEFAULT.dcgm_version)]
+# by the empty default, and by 4.8.4, which serves the default flavour's scrape.
+PICKS = [(version, version) for version in FLAVOURS] + [
+    ("", DEFAULT.dcgm_version),
+    ("4.8.4", DEFAULT.dcgm_version),
+]
 
 
 @pytest.mark.parametrize(("value", "version"), PICKS, ids=lambda v: v or "default")

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from bundle.localstack.processes import free_port
-from deploy.image import debian_base, engines, measure
+from deploy.image import debian_base, emulation, engines, manifest, measure, platforms
+from deploy.image.__main__ import default_tags
+from deploy.image.__main__ import main as image_main
 from exporter.cli import main
 from exporter.errors import ConfigurationError
 from exporter.simulator import node as simulated
@@ -73,6 +75,8 @@ def test_base_tag_follows_the_recipe(monkeypatch):
     assert first == debian_base.tag() and first.startswith(f"{debian_base.NAME}:bookworm-")
     monkeypatch.setattr(debian_base, "PACKAGES", (*debian_base.PACKAGES, "curl"))
     assert debian_base.tag() != first
+    assert debian_base.tag("arm64").startswith(f"{debian_base.NAME}:bookworm-arm64-")
+    assert debian_base.tag("arm64") != debian_base.tag("amd64")
 
 
 def test_engine_is_the_first_that_works(monkeypatch):
@@ -132,3 +136,86 @@ def test_measure_reads_a_docker_archive(tmp_path):
     assert 0 < measured.compressed < 600
     assert measure.read_archive(archive, on_disk=4096).on_disk == 4096
     assert "grpc" in measure.report("x:1", measured)
+
+
+def test_platforms_are_amd64_and_arm64_and_tags_name_the_one_asked_for():
+    assert platforms.arch_of("linux/arm64") == "arm64"
+    for wrong in ("linux/riscv64", "windows/amd64", "arm64"):
+        with pytest.raises(engines.ImageError, match=r"linux/amd64 or linux/arm64"):
+            platforms.arch_of(wrong)
+    version = default_tags(False, None)[0].split(":")[1]
+    assert default_tags(False, None) == [f"kube-gpu-exporter:{version}", "kube-gpu-exporter:latest"]
+    assert default_tags(True, "linux/arm64") == [
+        f"kube-gpu-exporter:{version}-no-kubernetes-arm64",
+        "kube-gpu-exporter:latest-no-kubernetes-arm64",
+    ]
+    command = engines.Engine("podman").build(Path("."), ["t"], {}, {}, "linux/arm64")
+    assert command[:4] == ["podman", "build", "--platform", "linux/arm64"]
+    assert "--platform" not in engines.Engine("buildah").build(Path("."), ["t"], {}, {})
+
+
+def test_bad_platform_is_refused_before_anything_runs(capsys):
+    with pytest.raises(SystemExit) as exited:
+        image_main(["--platform", "linux/s390x"])
+    assert exited.value.code == 2
+    assert "invalid choice: 'linux/s390x'" in capsys.readouterr().err.splitlines()[-1]
+
+
+REGISTRATION = (
+    ":qemu-aarch64:M::\\x7f\\x45:\\xff\\xff:/usr/libexec/qemu-binfmt/aarch64-binfmt-P:OPF"
+)
+
+
+def _binfmt(tmp_path: Path, entry: str | None) -> tuple[Path, Path]:
+    binfmt, configs = tmp_path / "binfmt_misc", tmp_path / "binfmt.d"
+    binfmt.mkdir()
+    configs.mkdir()
+    (configs / "qemu-aarch64.conf").write_text(f"# qemu-user-static\n{REGISTRATION}\n")
+    if entry is not None:
+        (binfmt / "qemu-aarch64").write_text(entry)
+    return binfmt, configs
+
+
+def test_emulation_keeps_a_registered_interpreter_and_refuses_a_broken_one(monkeypatch, tmp_path):
+    monkeypatch.setattr(emulation, "host_arch", lambda: "amd64")
+    ok = "enabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: POF\n"
+    binfmt, configs = _binfmt(tmp_path, ok)
+    emulation.ensure("arm64", binfmt, configs)
+    assert not (binfmt / "register").exists()
+    # This machine's own architecture needs nothing, even where nothing is registered.
+    emulation.ensure("amd64", tmp_path / "nowhere", tmp_path / "nowhere")
+    (binfmt / "qemu-aarch64").write_text(ok.replace("POF", "PO"))
+    with pytest.raises(engines.ImageError, match=r"without the F flag.*echo -1 >"):
+        emulation.ensure("arm64", binfmt, configs)
+    (binfmt / "qemu-aarch64").write_text(ok.replace("enabled", "disabled"))
+    with pytest.raises(engines.ImageError, match=r"is disabled: `echo 1 >"):
+        emulation.ensure("arm64", binfmt, configs)
+
+
+def test_emulation_registers_qemus_line_or_says_what_is_missing(monkeypatch, tmp_path):
+    monkeypatch.setattr(emulation, "host_arch", lambda: "amd64")
+    monkeypatch.setattr(emulation.os, "geteuid", lambda: 0)
+    binfmt, configs = _binfmt(tmp_path, None)
+    # binfmt_misc is mounted (its register file is there), but the kernel is a plain folder.
+    (binfmt / "register").write_text("")
+    with pytest.raises(engines.ImageError, match="yet the kernel lists no"):
+        emulation.ensure("arm64", binfmt, configs)
+    assert (binfmt / "register").read_text() == REGISTRATION + "\n"
+    monkeypatch.setattr(emulation.os, "geteuid", lambda: 1000)
+    with pytest.raises(engines.ImageError, match=r"needs root once.*register yourself"):
+        emulation.ensure("arm64", binfmt, configs)
+    (configs / "qemu-aarch64.conf").unlink()
+    with pytest.raises(engines.ImageError, match=r"install qemu-user-static.*make system-deps"):
+        emulation.ensure("arm64", binfmt, configs)
+
+
+def test_manifest_list_is_made_from_local_images_by_podman_or_buildah():
+    images = ["a:1-amd64", "registry.example/a:1-arm64", "localhost:5000/a:1"]
+    assert manifest.commands(engines.Engine("buildah"), "list:1", images) == [
+        ["buildah", "manifest", "create", "list:1"],
+        ["buildah", "manifest", "add", "list:1", "containers-storage:localhost/a:1-amd64"],
+        ["buildah", "manifest", "add", "list:1", "containers-storage:registry.example/a:1-arm64"],
+        ["buildah", "manifest", "add", "list:1", "containers-storage:localhost:5000/a:1"],
+    ]
+    with pytest.raises(engines.ImageError, match=r"podman or buildah.*buildx"):
+        manifest.commands(engines.Engine("docker"), "list:1", [])

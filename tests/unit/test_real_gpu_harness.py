@@ -215,6 +215,10 @@ def test_timings_see_the_simulators_costs(slow_sim: FakeNvml) -> None:
         "nvmlDeviceGetTotalEnergyConsumption",
     }
     for timing in timings:
+        if timing.function == "nvmlDeviceGetGpuFabricInfoV":
+            # The default node's H100s are in no NVLink fabric: NVML refuses, as on a real one.
+            assert timing.error == "NOT_SUPPORTED", timing
+            continue
         assert timing.error is None, timing
         assert timing.median_us is not None and timing.cpu_us is not None
         assert timing.p95_us is not None and timing.p95_us >= timing.median_us

@@ -127,7 +127,7 @@ def nvml_view(
 
 
 def test_builtin_fleets_are_shipped_and_parse():
-    assert builtin_fleets() == ("default", "dra", "mixed")
+    assert builtin_fleets() == ("default", "dra", "gb200", "mixed")
     assert resolve_fleet(None) == resolve_fleet("") == resolve_fleet("default") == default_fleet()
     dra = resolve_fleet("dra")
     assert dra.node_name == DRA_NODE and dra.driver_major >= 550 and dra.nvml_privileged
@@ -165,7 +165,7 @@ def test_an_unknown_builtin_name_is_one_line_naming_the_builtins(name):
         resolve_fleet(name)
     error = str(info.value)
     assert "\n" not in error and len(error) < 250, error
-    assert "(built-in: default, dra, mixed)" in error
+    assert "(built-in: default, dra, gb200, mixed)" in error
     assert 'a fleet file path needs a "/" or a .yaml suffix' in error
 
 

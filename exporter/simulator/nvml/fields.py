@@ -9,6 +9,8 @@ import pynvml
 
 from exporter.simulator.nvml.core import NvmlCore, nvml_call
 from exporter.simulator.nvml.field_models import BY_FIELD_ID
+from exporter.simulator.nvml.nvlink_fields import FIELD_IDS as HEALTH_FIELD_IDS
+from exporter.simulator.nvml.nvlink_fields import health_field
 from exporter.simulator.sim_gpu import SimGpu, SimMigInstance
 
 # Board power fields (nvml.h): 185 the 1 s average, 186 the instantaneous draw.
@@ -55,6 +57,8 @@ class FieldCalls(NvmlCore):
         model = BY_FIELD_ID.get(field_id)
         if model is not None:
             return model(gpu, t)
+        if field_id in HEALTH_FIELD_IDS:
+            return health_field(gpu, field_id, scope, t, self.fleet.driver_major)
         if field_id == _FIELD_POWER_INSTANT:
             return gpu.reported_power_mw(t, averaged=False)
         if field_id == _FIELD_POWER_AVERAGE:

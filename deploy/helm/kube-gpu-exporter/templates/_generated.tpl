@@ -12,6 +12,13 @@ metrics
 4.8.3, 4.9
 {{- end }}
 
+{{- define "kube-gpu-exporter.bundle.flavourOf" -}}
+4.8.2: ''
+4.8.3: 4.8.3
+4.8.4: 4.8.3
+'4.9': '4.9'
+{{- end }}
+
 {{- define "kube-gpu-exporter.bundle.env" -}}
 - name: NODE_NAME
   valueFrom:

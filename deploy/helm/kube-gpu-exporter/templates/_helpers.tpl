@@ -63,14 +63,16 @@ flavours the chart carries. Called with (list $ "rules"|"dashboards").
 {{- $root := index . 0 }}
 {{- $what := index . 1 }}
 {{- $version := include "kube-gpu-exporter.dcgmVersion" $root }}
-{{- $glob := printf "files/dashboards/dcgm-%s/*.json" $version }}
+{{- /* A profile that serves the scrape of a carried flavour (4.8.4, 4.8.3's) takes that flavour. */}}
+{{- $flavour := get (include "kube-gpu-exporter.bundle.flavourOf" $root | fromYaml) $version | toString }}
+{{- $glob := printf "files/dashboards/dcgm-%s/*.json" $flavour }}
 {{- if eq $what "rules" }}
-{{- $glob = printf "files/prometheus-rules/dcgm-%s.yaml" $version }}
+{{- $glob = printf "files/prometheus-rules/dcgm-%s.yaml" $flavour }}
 {{- end }}
-{{- /* The version goes into a glob: one the chart does not carry (`*`, say) matches nothing. */}}
+{{- /* The flavour goes into a glob: one the chart does not carry (`*`, say) matches nothing. */}}
 {{- $carried := include "kube-gpu-exporter.bundle.flavours" $root | splitList ", " }}
 {{- $found := dict }}
-{{- if has $version $carried }}
+{{- if has $flavour $carried }}
 {{- $found = $root.Files.Glob $glob }}
 {{- end }}
 {{- if not $found }}
