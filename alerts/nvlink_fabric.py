@@ -8,8 +8,8 @@ on a node that does not export them these alerts have nothing to read and stay q
 
 The fabric's health mask packs one small field per condition (NVML_GPU_FABRIC_HEALTH_MASK_*: a
 shift, a width mask and the values each field takes). PromQL has no bitwise operators, so a field
-is read as `floor(mask / 2^shift) % (width + 1)`, with the layout taken from pynvml rather than
-restated here.
+is read as `floor(mask / 2^shift) % (width + 1)`, with the layout of exporter/fabric_health.py,
+which reads it from pynvml.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from alerts import templates
 from alerts.rule_types import Alert, Group
 from bundle.config import BundleConfig
 from bundle.promql import QueryBuilder
+from exporter import fabric_health
 
 # Hopper and earlier: per-GPU totals of the four classic NVLink error counters.
 CLASSIC_ERROR_TOTALS = tuple(
@@ -60,16 +61,10 @@ STATUS_NOT_STARTED = pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED
 STATUS_COMPLETED = pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
 STATUS_COMPLETED_WITH_ERROR = STATUS_COMPLETED + 1
 
-_MASK = "NVML_GPU_FABRIC_HEALTH_MASK_"
-
-
-def _mask_layout(name: str) -> tuple[int, int]:
-    """(shift, width mask) of one health-mask field, from pynvml."""
-    return getattr(pynvml, f"{_MASK}SHIFT_{name}"), getattr(pynvml, f"{_MASK}WIDTH_{name}")
-
 
 def mask_true(name: str) -> int:
-    return int(getattr(pynvml, f"{_MASK}{name}_TRUE"))
+    """The value the health-mask field nvml.h calls `name` holds when its condition is there."""
+    return fabric_health.BY_NVML[name].true
 
 
 # The recovery actions NVML defines, in words for the description. Newer drivers add values:
@@ -110,7 +105,8 @@ def _labelled(expr: str, label: str, value: str) -> str:
 
 
 def mask_field(mask: str, name: str) -> str:
-    shift, width = _mask_layout(name)
+    layout = fabric_health.BY_NVML[name]
+    shift, width = layout.shift, layout.width
     shifted = mask if shift == 0 else f"floor({mask} / {2**shift})"
     return f"{shifted} % {width + 1}"
 

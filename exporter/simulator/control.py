@@ -31,15 +31,14 @@ from typing import Any
 
 from aiohttp import web
 
+from exporter import fabric_health
 from exporter.server import INDEX_LINKS_KEY
 from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.nvlink_health import (
     FABRIC_STATES,
-    HEALTH_BITS,
     KINDS,
     RECOVERY_ACTIONS,
-    health_mask,
 )
 from exporter.simulator.sim_gpu import SimGpu, SimMigInstance
 from exporter.simulator.workload import SHAPES
@@ -107,7 +106,7 @@ def _fabric(nvml: FakeNvml, _k: FakeKubelet, gpu: SimGpu, body: dict[str, Any]) 
     if gpu.nvlink_health.fabric is None:
         raise BadRequest(f"GPU {gpu.index} is registered with no NVLink fabric")
     # Every condition the body leaves out is false: the body describes the whole mask.
-    mask = health_mask({name: bool(body[name]) for name in HEALTH_BITS})
+    mask = fabric_health.mask_with({name: bool(body[name]) for name in fabric_health.BY_NAME})
     nvml.set_fabric(gpu.index, None if state is None else FABRIC_STATES[state], mask)
 
 
@@ -130,7 +129,7 @@ ACTIONS: dict[str, tuple[dict[str, Field], Action]] = {
     "fabric": (
         {
             "state": Field(str, nullable=True),
-            **{name: Field(bool, default=False) for name in HEALTH_BITS},
+            **{name: Field(bool, default=False) for name in fabric_health.BY_NAME},
         },
         _fabric,
     ),

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import pynvml
 
+from exporter import fabric_health
+
 # The per-link error counters of every NVLink board (NVML_FI_DEV_NVLINK_*_ERROR_COUNT_*).
 CLASSIC_KINDS = ("crc_flit", "crc_data", "replay", "recovery")
 # The Blackwell per-link counters (NVML_FI_DEV_NVLINK_COUNT_*), by the kind a burst names.
@@ -37,42 +39,6 @@ FABRIC_STATES = {
     "completed": pynvml.NVML_GPU_FABRIC_STATE_COMPLETED,
 }
 
-# Each health-mask condition: (shift, width, value when true, value when false), nvml.h's
-# NVML_GPU_FABRIC_HEALTH_MASK_*. Incorrect configuration is an enum, not a flag: "true" takes
-# its first error value (an incorrect system GUID), "false" its NONE.
-_M = "NVML_GPU_FABRIC_HEALTH_MASK_"
-HEALTH_BITS: dict[str, tuple[int, int, int, int]] = {
-    "degraded_bandwidth": (
-        getattr(pynvml, _M + "SHIFT_DEGRADED_BW"),
-        getattr(pynvml, _M + "WIDTH_DEGRADED_BW"),
-        getattr(pynvml, _M + "DEGRADED_BW_TRUE"),
-        getattr(pynvml, _M + "DEGRADED_BW_FALSE"),
-    ),
-    "route_recovery": (
-        getattr(pynvml, _M + "SHIFT_ROUTE_RECOVERY"),
-        getattr(pynvml, _M + "WIDTH_ROUTE_RECOVERY"),
-        getattr(pynvml, _M + "ROUTE_RECOVERY_TRUE"),
-        getattr(pynvml, _M + "ROUTE_RECOVERY_FALSE"),
-    ),
-    "route_unhealthy": (
-        getattr(pynvml, _M + "SHIFT_ROUTE_UNHEALTHY"),
-        getattr(pynvml, _M + "WIDTH_ROUTE_UNHEALTHY"),
-        getattr(pynvml, _M + "ROUTE_UNHEALTHY_TRUE"),
-        getattr(pynvml, _M + "ROUTE_UNHEALTHY_FALSE"),
-    ),
-    "access_timeout_recovery": (
-        getattr(pynvml, _M + "SHIFT_ACCESS_TIMEOUT_RECOVERY"),
-        getattr(pynvml, _M + "WIDTH_ACCESS_TIMEOUT_RECOVERY"),
-        getattr(pynvml, _M + "ACCESS_TIMEOUT_RECOVERY_TRUE"),
-        getattr(pynvml, _M + "ACCESS_TIMEOUT_RECOVERY_FALSE"),
-    ),
-    "incorrect_configuration": (
-        getattr(pynvml, _M + "SHIFT_INCORRECT_CONFIGURATION"),
-        getattr(pynvml, _M + "WIDTH_INCORRECT_CONFIGURATION"),
-        getattr(pynvml, _M + "INCORRECT_CONFIGURATION_INCORRECT_SYSGUID"),
-        getattr(pynvml, _M + "INCORRECT_CONFIGURATION_NONE"),
-    ),
-}
 
 # The recovery actions the control API may request (NVML_GPU_RECOVERY_ACTION_*).
 RECOVERY_ACTIONS = {
@@ -83,15 +49,7 @@ RECOVERY_ACTIONS = {
 }
 
 
-def health_mask(flags: dict[str, bool]) -> int:
-    """The healthMask a fabric reports with these conditions true (the others false)."""
-    mask = 0
-    for name, (shift, _width, true, false) in HEALTH_BITS.items():
-        mask |= (true if flags.get(name, False) else false) << shift
-    return mask
-
-
-HEALTHY_MASK = health_mask({})
+HEALTHY_MASK = fabric_health.mask_with({})
 
 
 @dataclass

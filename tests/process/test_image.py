@@ -68,20 +68,19 @@ def podman_ok(*args: str, timeout: float = COMMAND_TIMEOUT_S) -> str:
     return done.stdout
 
 
-@pytest.fixture(scope="session")
-def image() -> Iterator[str]:
-    """The image, built once per session under a tag of its own, removed afterwards."""
+def built_image(tag: str, *options: str, timeout: float = BUILD_TIMEOUT_S) -> Iterator[str]:
+    """The image built by deploy.image with podman on the Debian base under `tag` (`options`
+    pass a platform), yielded, then removed."""
     find_binary("podman", package="podman")
-    tag = f"kube-gpu-exporter-test:{RUN_ID}"
     command = [sys.executable, "-m", "deploy.image", "--engine", "podman"]
-    command += ["--base", debian_base.ALIAS, "--tag", tag]
+    command += ["--base", debian_base.ALIAS, *options, "--tag", tag]
     started = time.monotonic()
     build = subprocess.run(
         command,
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=BUILD_TIMEOUT_S,
+        timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
     assert build.returncode == 0, (build.stdout + build.stderr)[-6000:]
@@ -90,6 +89,12 @@ def image() -> Iterator[str]:
         yield tag
     finally:
         podman("rmi", "--force", tag)
+
+
+@pytest.fixture(scope="session")
+def image() -> Iterator[str]:
+    """The image, built once per session under a tag of its own, removed afterwards."""
+    yield from built_image(f"kube-gpu-exporter-test:{RUN_ID}")
 
 
 def wait_until(what: str, check: Callable[[], bool], timeout: float, logs: Callable[[], str]):

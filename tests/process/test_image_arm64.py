@@ -10,15 +10,11 @@ that a manifest list takes it with its platform.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 
 import pytest
 
-from bundle.localstack.processes import find_binary
-from deploy.image import debian_base, manifest
+from deploy.image import manifest
 from deploy.image.engines import Engine
 from deploy.image.measure import measure, megabytes
 from tests.process.test_image import (
@@ -26,6 +22,7 @@ from tests.process.test_image import (
     RUN_ID,
     RUNTIME,
     Container,
+    built_image,
     container,
     get,
     podman,
@@ -55,24 +52,8 @@ pytestmark = [pytest.mark.timeout(BUILD_TIMEOUT_S + 600), pytest.mark.serial]
 
 @pytest.fixture(scope="module")
 def arm64_image() -> Iterator[str]:
-    find_binary("podman", package="podman")
     tag = f"kube-gpu-exporter-test:{RUN_ID}-arm64"
-    command = [sys.executable, "-m", "deploy.image", "--engine", "podman"]
-    command += ["--base", debian_base.ALIAS, "--platform", "linux/arm64", "--tag", tag]
-    started = time.monotonic()
-    build = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT_S,
-        stdin=subprocess.DEVNULL,
-    )
-    assert build.returncode == 0, (build.stdout + build.stderr)[-6000:]
-    print(f"image {tag} built in {time.monotonic() - started:.0f} s")
-    try:
-        yield tag
-    finally:
-        podman("rmi", "--force", tag)
+    yield from built_image(tag, "--platform", "linux/arm64", timeout=BUILD_TIMEOUT_S)
 
 
 def wait_ready(c: Container) -> None:

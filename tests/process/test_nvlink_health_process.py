@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.support.exporter_process import free_port, scrape_until
+from tests.support.exporter_process import free_port, scrape_until, stop_exporter
 
 CLUSTER = "5f0c2a8e-7d3b-4e61-9a4c-2b8d6e1f0a37"
 
@@ -51,14 +51,7 @@ def tray() -> Iterator[str]:
         )
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            proc.communicate()
+        stop_exporter(proc)
 
 
 def post(base: str, path: str, body: object) -> tuple[int, object]:

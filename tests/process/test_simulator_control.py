@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import REPO
-from tests.support.exporter_process import get, scrape_until, start_exporter
+from tests.support.exporter_process import get, scrape_until, start_exporter, stop_exporter
 
 
 @pytest.fixture(scope="module")
@@ -33,14 +33,7 @@ def exporter() -> Iterator[str]:
         )
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            proc.communicate()
+        stop_exporter(proc)
 
 
 def call(base: str, path: str, body: object | None = None, data: bytes | None = None):

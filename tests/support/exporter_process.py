@@ -61,6 +61,18 @@ class NotReady(AssertionError):
     """A process never reached the state a test waits for; the message says what it saw."""
 
 
+def stop_exporter(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if it has not gone within 5 s, and its pipes read to the end."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.communicate()
+
+
 def scrape_until(
     base: str,
     ready: Callable[[str], bool],

@@ -10,6 +10,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from exporter import fabric_health
 from exporter.fields.collectors_file import parse_collectors, read_collectors_file
 from exporter.fields.nvlink_health_rows import FABRIC_FIELDS, NVLINK_HEALTH_FIELDS
 from exporter.nvml.device_reader import DeviceReader
@@ -224,3 +225,14 @@ def test_the_cluster_label_is_on_only_where_a_collectors_file_lists_it(tmp_path)
     config = with_fleet_collectors(parse_config(["--simulate", "gb200"], environ={}))
     assert "DCGM_FI_DEV_NVLINK_COUNT_TX_BYTES" in config.collection.extra_fields
     assert config.labels.driver_version_label == "DCGM_FI_DRIVER_VERSION"
+
+
+def test_the_health_mask_fields_do_not_overlap_and_each_reads_back_alone() -> None:
+    covered = 0
+    for field in fabric_health.FIELDS:
+        bits = field.width << field.shift
+        assert covered & bits == 0, field.name
+        covered |= bits
+        mask = fabric_health.mask_with({field.name: True})
+        assert [f.name for f in fabric_health.FIELDS if f.holds(mask)] == [field.name]
+    assert not any(f.holds(fabric_health.mask_with({})) for f in fabric_health.FIELDS)

@@ -18,7 +18,8 @@ from typing import Any
 
 import pynvml
 
-from exporter.simulator.nvlink_health import CLASSIC_KINDS, HEALTH_BITS
+from exporter import fabric_health
+from exporter.simulator.nvlink_health import CLASSIC_KINDS
 from exporter.simulator.nvml.core import NvmlCore, nvml_call
 from exporter.simulator.sim_gpu import SimGpu
 
@@ -137,11 +138,7 @@ _S = "NVML_GPU_FABRIC_HEALTH_SUMMARY_"
 def health_summary(mask: int) -> int:
     """The summary a v3 fabric struct carries: unhealthy when any condition is true, limited
     capacity when only the bandwidth is degraded, else healthy."""
-    true_ones = {
-        name
-        for name, (shift, width, true, _false) in HEALTH_BITS.items()
-        if (mask >> shift) & width == true
-    }
+    true_ones = {f.name for f in fabric_health.FIELDS if f.holds(mask)}
     if not true_ones:
         return int(getattr(pynvml, _S + "HEALTHY"))
     if true_ones == {"degraded_bandwidth"}:
