@@ -41,7 +41,7 @@ def needs_kube_state_metrics(dashboards: Sequence[Path]) -> set[tuple[str, str]]
 # Panels of the NVLink, fabric and C2C families, which only a node with an NVLink fabric serves
 # (a collectors file turns them on): empty on the default simulated node, and each one with data
 # on `--simulate gb200` (test_nvlink_fabric.py).
-_FABRIC_NODE_PANELS = {
+FABRIC_NODE_PANELS: dict[str, tuple[str, ...]] = {
     "gpu-devices": (
         "NVLink errors per link",
         "NVLink errors per counter",
@@ -61,7 +61,7 @@ def needs_fabric_node(dashboards: Sequence[Path]) -> set[tuple[str, str]]:
     return {
         (json.loads(path.read_text())["title"], panel)
         for path in dashboards
-        for panel in _FABRIC_NODE_PANELS.get(path.stem, ())
+        for panel in FABRIC_NODE_PANELS.get(path.stem, ())
     }
 
 
