@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from alerts import capacity, devices, exporter_health, nvlink_fabric, recording
+from alerts import capacity, devices, exporter_health, gpu_health, nvlink_fabric, recording
 from alerts.rule_types import Group
 from bundle.config import BundleConfig
 
@@ -15,6 +15,7 @@ def alert_groups(config: BundleConfig) -> list[Group]:
         exporter_health.group(config),
         devices.group(config),
         nvlink_fabric.group(config),
+        gpu_health.group(config),
         capacity.group(config),
     ]
 

@@ -32,8 +32,9 @@ def gpu(config: BundleConfig, instance: bool = False) -> str:
     return text + f" on node {label(config.host_label)}" + in_cluster(config)
 
 
-def holders(config: BundleConfig, instance: bool = False) -> str:
-    """', used by ns/pod ns/pod' or ', not allocated to any pod', from a live query."""
+def _this_gpu(config: BundleConfig) -> tuple[list[str], list[str]]:
+    """Matchers for the alert's own GPU in a template's live query, with the printf arguments
+    that fill them from the alert's labels."""
     labels = config.labels
     matchers = [
         config.selectors.exporter,
@@ -42,6 +43,13 @@ def holders(config: BundleConfig, instance: bool = False) -> str:
         "UUID=%q",
     ]
     args = [f"$labels.{labels.cluster}", f"$labels.{config.host_label}", "$labels.UUID"]
+    return matchers, args
+
+
+def holders(config: BundleConfig, instance: bool = False) -> str:
+    """', used by ns/pod ns/pod' or ', not allocated to any pod', from a live query."""
+    labels = config.labels
+    matchers, args = _this_gpu(config)
     if instance:
         matchers.append("GPU_I_ID=%q")
         args.append("$labels.GPU_I_ID")
@@ -65,4 +73,20 @@ def exporter_target(config: BundleConfig) -> str:
     return (
         f"kube-gpu-exporter {label('instance')}"
         "{{ with $labels." + node + " }} on node {{ . }}{{ end }}" + in_cluster(config)
+    )
+
+
+def health_reasons(config: BundleConfig, metric: str) -> str:
+    """' Health reasons: xid_79 (drain), row_remap_pending (reset).' for the GPU of the alert,
+    from a live query of the exporter's health verdict (`metric`): every reason asking for more
+    than nothing, with the action it asks for, so the stronger alert names the weaker reasons too.
+    MIG instances repeat their GPU's reasons; the `max by` lists each once. Nothing when the query
+    finds none (the verdict cleared between the alert's evaluation and its template's)."""
+    matchers, args = _this_gpu(config)
+    matchers.append('action!="none"')
+    query = f"max by (reason, action) ({metric}{{{', '.join(matchers)}}})"
+    return (
+        "{{ with query (printf `" + query + "` " + " ".join(args) + ') | sortByLabel "reason" }}'
+        " Health reasons:{{ range $i, $r := . }}{{ if $i }},{{ end }} {{ $r.Labels.reason }}"
+        " ({{ $r.Labels.action }}){{ end }}.{{ end }}"
     )

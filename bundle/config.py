@@ -123,6 +123,14 @@ class Thresholds:
     fabric_unhealthy_for: str = "1m"
     # A Grace-Blackwell GPU's NVLink-C2C link to its CPU reported inactive for this long.
     c2c_inactive_for: str = "5m"
+    # The exporter's health verdict (kube_gpu_exporter_gpu_health_reason) asking for an action.
+    # Its reasons are latched states (an XID, a pending remap, a lost GPU), so a short `for`
+    # only rides out one odd scrape. A reset waits longer: its reasons leave the GPU working
+    # until the pods on it can be moved, and a verdict that clears by itself within minutes
+    # (a GPU the driver recovered) should not open a ticket.
+    health_drain_for: str = "1m"
+    health_reboot_for: str = "1m"
+    health_reset_for: str = "5m"
 
 
 @dataclass(frozen=True, slots=True)

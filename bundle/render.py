@@ -29,6 +29,7 @@ from bundle import helm_chart, overrides
 from bundle.config import DEFAULT, BundleConfig
 from bundle.flavours import FLAVOURS, flavour_config, flavour_paths, relocate
 from exporter.fields import docs_table
+from exporter.health import docs_table as health_docs
 
 __all__ = [
     "FLAVOURS",
@@ -252,6 +253,7 @@ def drifted(root: Path = ROOT, files: Mapping[str, str] | None = None) -> list[s
     ]
     stale += helm_chart.stale_tables(root, files[helm_chart.VALUES])
     stale += docs_table.stale_pages(root)
+    stale += docs_table.stale_pages(root, health_docs.BLOCKS)
     return sorted(stale + orphans(files, root))
 
 
@@ -289,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         (ROOT / path).unlink()
     helm_chart.write_tables(ROOT, files[helm_chart.VALUES])
     docs_table.write_pages(ROOT)
+    docs_table.write_pages(ROOT, health_docs.BLOCKS)
     return 0
 
 

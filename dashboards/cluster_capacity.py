@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from alerts import gpu_health as gh
 from alerts import recording as r
 from bundle.config import BundleConfig
 from bundle.dcgm_units import number, plain, scaled, unit_factor
@@ -443,6 +444,7 @@ def cells(config: BundleConfig) -> list[Cell]:
         # Last, so the panels above keep their ids (links to one panel name it by id).
         *energy(config),
         *nvlink_domains(config),
+        *gpu_health(config),
     ]
 
 
@@ -482,6 +484,82 @@ def nvlink_domains(config: BundleConfig) -> list[Cell]:
             hide=(q.cluster,),
             sort_by="GPUs",
             descending=True,
+            width=24,
+        ),
+    ]
+
+
+def gpu_health(config: BundleConfig) -> list[Cell]:
+    """GPUs the exporter's health verdict says need a reset, a reboot or a drain while pods
+    still hold them, and the healthy GPUs nobody holds: the capacity a scheduler can really
+    use. Raw series, one per GPU reason (and per MIG instance), as the NVLink domains' are."""
+    q = QueryBuilder(config, dashboard=True)
+    repair = [spec.action for spec in gh.ACTION_ALERTS]
+    needs_repair = q.on_nodes(gh.HEALTH_REASON, 'action=~"' + "|".join(repair) + '"')
+    allocation = q.on_nodes("kube_gpu_exporter_pod_device_allocation")
+    gpu = q.on(q.host, "UUID")
+    # The verdict's series carry the pods of their device; `and` with the allocation keeps the
+    # pods the kubelet still lists as holders, so a pod that ended drops out of the table.
+    holder = (q.host, "UUID", "GPU_I_ID", q.namespace, q.pod)
+    held_unhealthy = (
+        f"max by ({q.cluster}, {q.host}, gpu, GPU_I_ID, {q.namespace}, {q.pod}, reason, action) "
+        f"({needs_repair} and {q.on(*holder)} {allocation})"
+    )
+    # A GPU counts once, whatever its MIG instances and pods.
+    healthy_verdict = q.on_nodes(gh.HEALTH_REASON, 'reason="healthy"')
+    healthy = f"max by ({q.cluster}, {q.host}, UUID) ({healthy_verdict})"
+    per_gpu_unhealthy = f"max by ({q.cluster}, {q.host}, UUID) ({needs_repair})"
+    held = f"max by ({q.cluster}, {q.host}, UUID) ({allocation})"
+    return [
+        row("GPU health"),
+        stat(
+            "Healthy GPUs nobody holds",
+            "GPUs whose health verdict is healthy and that no pod holds (a GPU with any MIG "
+            "instance held counts as held): what new pods can get without landing on a GPU "
+            "that needs a repair.",
+            "none",
+            [target(f"count ({healthy} unless {gpu} {held}) or vector(0)")],
+        ),
+        stat(
+            "Unhealthy GPUs pods hold",
+            "GPUs whose verdict asks for a reset, a reboot or a drain while a pod still holds "
+            "them: the pods are failing or computing on a GPU that needs repair.",
+            "none",
+            [target(f"count ({per_gpu_unhealthy} and {gpu} {held}) or vector(0)")],
+            steps=((None, "green"), (1, "red")),
+        ),
+        timeseries(
+            "GPUs by health per node",
+            "Per node, GPUs whose verdict is healthy, and GPUs it asks to reset, reboot or drain.",
+            "none",
+            [
+                target(f"count by ({q.host}) ({healthy})", "{{" + q.host + "}} healthy"),
+                target(
+                    f"count by ({q.host}) ({per_gpu_unhealthy}) or "
+                    f"0 * count by ({q.host}) ({healthy})",
+                    "{{" + q.host + "}} needs repair",
+                ),
+            ],
+            width=16,
+        ),
+        table(
+            "Unhealthy GPUs still held by pods",
+            "Each pod holding a GPU (or MIG instance) whose verdict asks for a reset, a reboot "
+            "or a drain, with the reason and the action: the pods to move before the repair. "
+            "GPUNeedsReset, GPUNeedsReboot and GPUNeedsDrain fire for the same GPUs.",
+            "none",
+            [TableQuery(None, held_unhealthy)],
+            labels={
+                q.host: "Node",
+                "gpu": "GPU",
+                "GPU_I_ID": "Instance",
+                q.namespace: "Namespace",
+                q.pod: "Pod",
+                "reason": "Reason",
+                "action": "Action",
+            },
+            hide=(q.cluster,),
+            sort_by="Node",
             width=24,
         ),
     ]

@@ -6,8 +6,11 @@ watts, B/s), and utilization panels show percent or a ratio as the profile publi
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pynvml
 
+from alerts import gpu_health as gh
 from alerts import nvlink_fabric as nf
 from bundle.config import BundleConfig
 from bundle.dcgm_units import plain, scaled, unit_factor
@@ -398,6 +401,7 @@ def cells(config: BundleConfig) -> list[Cell]:
         ),
         # Last, so the panels above keep their ids (links to one panel name it by id).
         *nvlink_fabric(config),
+        *health(config),
     ]
 
 
@@ -667,6 +671,96 @@ def per_pod_use(config: BundleConfig) -> list[Cell]:
             sort_by="Memory",
             descending=True,
             column_units={"Processes": "none", "SM utilization": "percentunit"},
+            width=24,
+        ),
+    ]
+
+
+# DCGM's violation counters: how long each limit held the clocks down.
+VIOLATIONS = (
+    ("power", "DCGM_FI_DEV_POWER_VIOLATION"),
+    ("thermal", "DCGM_FI_DEV_THERMAL_VIOLATION"),
+    ("sync_boost", "DCGM_FI_DEV_SYNC_BOOST_VIOLATION"),
+    ("board_limit", "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION"),
+    ("low_util", "DCGM_FI_DEV_LOW_UTIL_VIOLATION"),
+    ("reliability", "DCGM_FI_DEV_RELIABILITY_VIOLATION"),
+    ("app_clocks", "DCGM_FI_DEV_TOTAL_APP_CLOCKS_VIOLATION"),
+    ("base_clocks", "DCGM_FI_DEV_TOTAL_BASE_CLOCKS_VIOLATION"),
+)
+# The verdict's actions and severities, weakest first, with the colour each state shows in.
+ACTION_STATES = (
+    ("none", "green"),
+    ("watch", "blue"),
+    ("reset", "yellow"),
+    ("reboot", "orange"),
+    ("drain", "red"),
+)
+SEVERITY_STATES = (("none", "green"), ("warning", "orange"), ("critical", "red"))
+
+
+def _fraction_of_time(q: QueryBuilder, metric: str) -> Fraction:
+    """What a violation counter's rate is multiplied by to be a fraction of time: the counters
+    count nanoseconds, or seconds where a profile publishes base units."""
+    return Fraction(1) if q.spelled(metric).unit == "s" else Fraction(1, 10**9)
+
+
+def health(config: BundleConfig) -> list[Cell]:
+    """The exporter's health verdict per GPU and the violation counters' throttle time."""
+    q = QueryBuilder(config, dashboard=True)
+    d = q.device
+    rate = q.rate_interval
+
+    def ranked(label: str, states: tuple[tuple[str, str], ...], by: str) -> str:
+        """Per `by`, the rank of the strongest `label` value among its verdict series: each
+        value's series scaled to its rank (`or` keeps them apart by that label), then `max`."""
+        parts = " or ".join(
+            f"{rank} * {d(gh.HEALTH_REASON, label + '=' + chr(34) + value + chr(34))}"
+            for rank, (value, _colour) in enumerate(states)
+        )
+        return f"max by ({by}) ({parts})"
+
+    throttled = " or ".join(
+        f"label_replace("
+        f"{scaled(f'rate({d(metric)}[{rate}])', _fraction_of_time(q, metric))}, "
+        f'"violation", "{name}", "", "")'
+        for name, metric in VIOLATIONS
+    )
+    return [
+        row("Health"),
+        table(
+            "Health verdict per GPU",
+            "The exporter's health verdict: each reason a GPU has now, its severity and the "
+            "action it asks for (one healthy row when there is none). MIG instances inherit "
+            "their GPU's reasons and are not repeated. An action of reset, reboot or drain "
+            "raises GPUNeedsReset, GPUNeedsReboot or GPUNeedsDrain.",
+            "none",
+            [TableQuery(None, f"max by (gpu, reason, severity, action) ({d(gh.HEALTH_REASON)})")],
+            labels={"gpu": "GPU", "reason": "Reason", "severity": "Severity", "action": "Action"},
+            sort_by="GPU",
+        ),
+        state_timeline(
+            "Action needed per GPU",
+            "The strongest action the health verdict asks for on each GPU over time.",
+            [target(ranked("action", ACTION_STATES, "gpu"), "GPU {{gpu}}")],
+            states=dict(enumerate(ACTION_STATES)),
+            width=12,
+            height=8,
+        ),
+        state_timeline(
+            "Health reasons over time",
+            "Each reason of each GPU while it holds, coloured by its severity.",
+            [target(ranked("severity", SEVERITY_STATES, "gpu, reason"), "GPU {{gpu}} {{reason}}")],
+            states=dict(enumerate(SEVERITY_STATES)),
+        ),
+        timeseries(
+            "Throttle time per violation counter",
+            "The share of time each limit held the GPU's clocks down, from the violation "
+            "counters: power and thermal limits, sync boost, the board's limit, low "
+            "utilization, reliability, and below the application or base clocks. 100 % is "
+            "the whole interval.",
+            "percentunit",
+            [target(f"max by (gpu, violation) ({throttled})", "GPU {{gpu}} {{violation}}")],
+            max_value=1,
             width=24,
         ),
     ]

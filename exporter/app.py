@@ -255,6 +255,7 @@ def serve_node(
         lambda: store.latest,
         poller.nvml_problem,
         kubernetes_readiness(kube, client_factory) if kube is not None else None,
+        require_gpus=config.web.health_require_gpus,
     )
     app = build_app(store, config.web, lambda: thread_problem(poller, *helpers), readiness)
     if backend.extra_routes:

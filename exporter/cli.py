@@ -280,6 +280,14 @@ def build_parser() -> argparse.ArgumentParser:
         "restarts a wedged exporter (default 60s).",
     )
     add(
+        "--health.require-gpus",
+        dest="health_require_gpus",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="/readyz fails while NVML answers with no GPU (dcgm-exporter's "
+        "--health-require-gpus; also DCGM_EXPORTER_HEALTH_REQUIRE_GPUS).",
+    )
+    add(
         "--compat.dcgm-exporter",
         dest="dcgm_version",
         choices=[v.value for v in DcgmVersion],
@@ -682,6 +690,7 @@ def parse_config(argv: Sequence[str], environ: dict[str, str] | None = None) -> 
         max_connections_per_address=args.max_connections_per_address,
         stale_after_seconds=args.stale_after or 3 * args.interval,
         health_max_age_seconds=max(args.health_max_age, 2 * args.interval),
+        health_require_gpus=args.health_require_gpus,
     )
     dcgm = PROFILES[DcgmVersion(args.dcgm_version)]
     driver_label = dcgm.driver_label if args.driver_label is None else args.driver_label

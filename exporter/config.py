@@ -102,6 +102,8 @@ class WebConfig:
     stale_after_seconds: float = 15.0
     # /healthz fails after this many seconds without a finished sweep, so Kubernetes restarts us.
     health_max_age_seconds: float = 60.0
+    # --health.require-gpus: /readyz fails while the sweep sees no GPU.
+    health_require_gpus: bool = False
     # Past this many open connections, a new one closes the oldest idle one (slowloris, leaks).
     max_connections: int = 512
     # One client address (an IPv6 /64) may hold this many of them; None: connection_guard.py's

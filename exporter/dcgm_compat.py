@@ -114,6 +114,8 @@ CONVERSIONS: Mapping[tuple[str, str], Callable[[Number], Number]] = MappingProxy
         ("ratio", "ratio"): _same,
         ("B/s", "B/s"): _same,
         ("count", "count"): _same,
+        # The violation counters: NVML's nanoseconds, as dcgm-exporter publishes them.
+        ("ns", "ns"): _same,
     }
 )
 

@@ -28,12 +28,14 @@ log = logging.getLogger(__name__)
 
 Problem = Callable[[], str | None]
 NO_SWEEP_YET = "no NVML sweep has finished yet"
+NO_GPUS = "NVML answers but lists no GPU (--health.require-gpus)"
 
 
 def node_readiness(
     latest: Callable[[], NodeSnapshot | None],
     nvml_problem: Problem | None = None,
     kubernetes_problem: Problem | None = None,
+    require_gpus: bool = False,
 ) -> Problem:
     """Why the node is not ready, or None; every reason, "; "-joined, so that fixing one does not
     reveal the next. `latest` is the newest published snapshot, which decides about NVML;
@@ -48,6 +50,9 @@ def node_readiness(
             why = nvml_problem() if nvml_problem else None
             # None: NVML answered a sweep newer than the published one; the next publish says so.
             reasons.append(f"NVML does not answer (nvml_up 0): {why or 'see the log'}")
+        elif require_gpus and not snapshot.gpus:
+            # dcgm-exporter's --health-require-gpus: a GPU node whose GPUs NVML does not list.
+            reasons.append(NO_GPUS)
         if kubernetes_problem is not None and (why := kubernetes_problem()) is not None:
             reasons.append(why)
         return "; ".join(reasons) or None

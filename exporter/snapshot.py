@@ -195,6 +195,9 @@ class XidRecord:
     # empty without that window. The window ends at the sweep that made the snapshot, where
     # dcgm-exporter ends it at the scrape: they differ by less than one sweep interval.
     window_counts: tuple[tuple[int, int], ...] = ()
+    # (xid code, time of its last event on the XID book's clock, time.monotonic in production),
+    # sorted by code: how long an XID holds the GPU's health verdict (exporter/health/).
+    last_seen: tuple[tuple[int, float], ...] = ()
 
 
 NO_XID = XidRecord()
@@ -226,6 +229,9 @@ class GpuSnapshot:
     # The processes on this GPU and its MIG instances; None when process accounting is off or
     # its last round failed for this GPU.
     processes: tuple[GpuProcess, ...] | None = None
+    # (peer GPU index, NVML's P2P status over NVLink) for each other GPU that answered, sorted by
+    # peer; empty unless a --collectors file lists DCGM_EXP_P2P_STATUS (nvml/p2p_status.py).
+    p2p_nvlink: tuple[tuple[int, int], ...] = ()
 
     def profiling_of(self, gpu_instance_id: int | None) -> ProfilingReadings | None:
         if gpu_instance_id is None:

@@ -8,6 +8,9 @@ from typing import Protocol
 # Placeholders in `MetricFamily.labels` for names that depend on configuration or on data.
 HOST = "<host>"  # the --host-label name (Hostname, hostname), or nothing with --host-label=none
 LABEL_PREFIXED = "<label_*>"  # any number of `label_...` names from Kubernetes labels
+# The labels of the entity's DCGM series, whatever the profile, the CSV and the pod labels make
+# them, for our families that must join those series label for label.
+DCGM_ENTITY = "<DCGM labels>"
 
 
 class Declared(Protocol):

@@ -10,7 +10,13 @@ from collections.abc import Iterable
 
 from exporter.dcgm_compat import PROFILES, Profile
 from exporter.exposition.dcgm_families import families_for
-from exporter.exposition.metric_family import HOST, LABEL_PREFIXED, Declared, MetricFamily
+from exporter.exposition.metric_family import (
+    DCGM_ENTITY,
+    HOST,
+    LABEL_PREFIXED,
+    Declared,
+    MetricFamily,
+)
 
 PREFIX = "kube_gpu_exporter_"
 GAUGE, COUNTER = "gauge", "counter"
@@ -103,13 +109,24 @@ NVLINK_DOMAIN_INFO = _own(
     "The multi-node NVLink domain the fabric manager registered the GPU in (its cluster UUID "
     "and clique ID, from NVML's fabric info); always 1. Only GPUs whose fabric registration "
     "completed have a series. Group GPUs by NVLink domain with `by (cluster_uuid, clique_id)`.",
-    (*DEVICE, "modelName", "cluster_uuid", "clique_id"),
+    (*DEVICE, "cluster_uuid", "clique_id"),
 )
 CLOCK_EVENT_ACTIVE = _own(
     "clock_event_active",
     GAUGE,
     "Whether a clock event (throttle) reason is active on the GPU (1) or not (0).",
     (*DEVICE, "clock_event"),
+)
+
+# The GPU's health verdict (exporter/health/, docs/health.md 'The GPU health verdict'): one series
+# per reason that holds, or one reason="healthy"; on the GPU's DCGM labels (MIG instances and pod
+# labels included) so alerts join it with the DCGM series.
+GPU_HEALTH_REASON = _own(
+    "gpu_health_reason",
+    GAUGE,
+    "A reason the GPU is not healthy (1), with its severity and the action to take; exactly one "
+    'reason="healthy" series when none holds.',
+    (DCGM_ENTITY, "reason", "severity", "action"),
 )
 
 # Capacity, from NVML and the kubelet.
@@ -349,7 +366,7 @@ HTTP_CONNECTIONS_EVICTED_TOTAL = _own(
 )
 
 OWN_FAMILIES: tuple[MetricFamily, ...] = tuple(_TABLE)
-PLACEHOLDERS = (HOST, LABEL_PREFIXED)
+PLACEHOLDERS = (HOST, LABEL_PREFIXED, DCGM_ENTITY)
 
 
 def all_families(profile: Profile) -> tuple[Declared, ...]:

@@ -30,6 +30,9 @@ from exporter.exposition.attribution_metrics import (
 )
 from exporter.exposition.dcgm_families import DcgmFamily, families_for
 from exporter.exposition.energy_metrics import render_pod_energy
+from exporter.exposition.health_metrics import render_health
+from exporter.exposition.metric_family import MetricFamily
+from exporter.exposition.p2p_metrics import render_p2p
 from exporter.exposition.process_metrics import log_name_conflict_samples, render_pod_usage
 from exporter.exposition.text_format import (
     FamilyWriter,
@@ -37,7 +40,9 @@ from exporter.exposition.text_format import (
     format_value,
     label_body,
 )
+from exporter.fields.dcgm_catalogue import GPU_HEALTH_STATUS, P2P_STATUS
 from exporter.fields.selection import FieldSelection
+from exporter.health.verdict import GpuVerdict, verdicts
 from exporter.snapshot import ConnectionCounts
 from exporter.xid_messages import xid_message
 
@@ -138,6 +143,8 @@ class Renderer:
         parts: list[tuple[str, Callable[[], None]]] = [
             ("xid", lambda: self._xid(out, entities, bodies)),
             ("clock events", lambda: self._clock_events(out, entities, bodies)),
+            ("health", lambda: self._health(out, node, bodies)),
+            ("p2p", lambda: self._p2p(out, entities, bodies)),
             ("own metrics", lambda: self._self_metrics(out, node)),
             ("capacity", lambda: render_capacity(out, snapshot, node.capacity, self._labels)),
         ]
@@ -287,6 +294,31 @@ class Renderer:
                 ),
             )
 
+    def _health(self, out: FamilyWriter, node: AttributedNode, bodies: list[str]) -> None:
+        status: MetricFamily | None = None
+        listed = None if self._fields is None else self._fields.get(GPU_HEALTH_STATUS)
+        if listed is not None:
+            status = MetricFamily(listed.name, listed.kind, listed.help)
+
+        def lost_body(verdict: GpuVerdict) -> str:
+            ident = verdict.gpu.identity
+            return self._label_body((*device_labels(ident, self._labels)[:4], *self._host))
+
+        # Our family keeps the DCGM labels it joins on, less dcgm-exporter's camelCase
+        # modelName, so that it stays lint-clean as all our families are; DCGM_EXP_* has them all.
+        own_bodies = [
+            self._label_body(tuple(pair for pair in e.labels if pair[0] != "modelName"))
+            for e in node.entities
+        ]
+        render_health(
+            out, verdicts(node.snapshot), node.entities, (own_bodies, bodies), lost_body, status
+        )
+
+    def _p2p(self, out: FamilyWriter, entities: tuple[Entity, ...], bodies: list[str]) -> None:
+        listed = None if self._fields is None else self._fields.get(P2P_STATUS)
+        if listed is not None:
+            render_p2p(out, MetricFamily(listed.name, listed.kind, listed.help), entities, bodies)
+
     def _self_metrics(self, out: FamilyWriter, node: AttributedNode) -> None:
         snap = node.snapshot
         out.family(own.BUILD_INFO, [(label_body(BUILD_LABELS + self._host), "1")])
@@ -398,7 +430,6 @@ class Renderer:
                     + ","
                     + label_body(
                         (
-                            ("modelName", g.identity.name),
                             ("cluster_uuid", domain.cluster_uuid),
                             ("clique_id", str(domain.clique_id)),
                         )

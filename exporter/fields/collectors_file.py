@@ -33,8 +33,10 @@ from exporter import small_yaml
 from exporter.errors import ConfigurationError, quoted, quoted_path
 from exporter.fields import dcgm_catalogue
 from exporter.fields.model import DcgmField
+from exporter.fields.p2p_status_row import P2P_STATUS_ROW
 from exporter.fields.selection import FieldSelection, ListedField, UnsupportedField
 from exporter.fields.table import BY_ANY_NAME, BY_NAME
+from exporter.health.rows import HEALTH_ROWS
 
 # dcgm-exporter's own files are about 6 KB; a ConfigMap holds at most 1 MiB.
 MAX_FILE_BYTES = 1 << 20
@@ -65,10 +67,9 @@ PREFIX_REASONS: tuple[tuple[str, str], ...] = (
     ),
     ("DCGM_FI_DEV_VGPU_", "vGPU fields other than the license status are not read here"),
 )
-EXPORTER_REASONS = {
-    dcgm_catalogue.GPU_HEALTH_STATUS: "needs DCGM health checks",
-    dcgm_catalogue.P2P_STATUS: "needs DCGM's NVLink peer-to-peer status query",
-}
+EXPORTER_REASONS: dict[str, str] = {}
+# dcgm-exporter's own families that we compute, beside the table's rows.
+EXPORTER_ROWS = {**HEALTH_ROWS, P2P_STATUS_ROW.name: P2P_STATUS_ROW}
 
 
 def read_collectors_file(path: str) -> FieldSelection:
@@ -108,7 +109,7 @@ def parse_collectors(text: str, path: str) -> FieldSelection:
                 f"{where}: {quoted(name)} has unknown type {quoted(kind)} "
                 f"(use one of {', '.join(TYPES)})"
             )
-        row = BY_ANY_NAME.get(name)
+        row = BY_ANY_NAME.get(name) or EXPORTER_ROWS.get(name)
         key = row.name if row is not None else name
         if key in seen:
             continue

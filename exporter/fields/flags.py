@@ -38,6 +38,7 @@ UPSTREAM_ENV = {
     "--collectors": "DCGM_EXPORTER_COLLECTORS",
     "--xid-count-window-size": "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE",
     "--clock-events-count-window-size": "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE",
+    "--health.require-gpus": "DCGM_EXPORTER_HEALTH_REQUIRE_GPUS",
 }
 # dcgm-exporter's default for both count windows: 5 minutes.
 DEFAULT_COUNT_WINDOW_MS = 300_000

@@ -13,6 +13,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+# Where a 4.9 name is established, in order of strength (docs/dcgm-exporter-compatibility.md).
+DCGM_ALIAS = "DCGM 4.6 dcgm_fields.h deprecated alias (same field id)"
+GO_DCGM_FIELD = "go-dcgm 4.6.1 dcgm_fields.h base-unit field"
+DCGM_4_7_DOCS = "DCGM 4.7 field-identifier documentation, as quoted by third parties (unconfirmed)"
+
 
 class Scope(StrEnum):
     """Which entities carry the field."""

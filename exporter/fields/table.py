@@ -19,6 +19,9 @@ from typing import Any
 import pynvml
 
 from exporter.fields.model import (
+    DCGM_4_7_DOCS,
+    DCGM_ALIAS,
+    GO_DCGM_FIELD,
     Cadence,
     Computed,
     DcgmField,
@@ -29,12 +32,9 @@ from exporter.fields.model import (
     Spelling,
 )
 from exporter.fields.nvlink_health_rows import FABRIC_CLUSTER_UUID_ROW, NVLINK_HEALTH_FIELDS
+from exporter.fields.pcie_link_rows import PCIE_LINK_FIELDS
+from exporter.fields.violation_rows import RETIRED_PAGE_FIELDS, VIOLATION_FIELDS
 from exporter.nvml.struct_views import view
-
-# Where a 4.9 name is established, in order of strength.
-DCGM_ALIAS = "DCGM 4.6 dcgm_fields.h deprecated alias (same field id)"
-GO_DCGM_FIELD = "go-dcgm 4.6.1 dcgm_fields.h base-unit field"
-DCGM_4_7_DOCS = "DCGM 4.7 field-identifier documentation, as quoted by third parties (unconfirmed)"
 
 # The type of DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL is the profile's: a counter up to 4.8.2, a
 # gauge from 4.8.3.
@@ -420,6 +420,8 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
             DCGM_ALIAS,
         ),
     ),
+    # How long each performance policy held the clocks back (on by default: violation_rows.py).
+    *VIOLATION_FIELDS,
     _gpu(
         "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
         310,
@@ -518,6 +520,8 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
             DCGM_ALIAS,
         ),
     ),
+    # Page retirement, before Ampere (NOT_SUPPORTED on boards that remap rows).
+    *RETIRED_PAGE_FIELDS,
     # Not in dcgm-exporter's default CSV, and NOT_SUPPORTED on passively cooled data-centre
     # boards (the H200 among them): exported when a --collectors file lists it.
     _gpu(
@@ -535,6 +539,8 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
     ),
     # Blackwell and Grace: NVLink errors, the fabric, C2C, the recovery action (off by default).
     *NVLINK_HEALTH_FIELDS,
+    # PCIe link training (off by default; read for the health verdict).
+    *PCIE_LINK_FIELDS,
 )
 
 PERCENT = 0.01

@@ -35,6 +35,7 @@ from exporter.fields.nvlink_health_rows import (
     FABRIC_STATUS,
 )
 from exporter.fields.table import BY_NAME, GPU_FIELDS
+from exporter.health.verdict import INPUT_FIELDS as HEALTH_INPUT_FIELDS
 from exporter.nvml.energy_estimate import EnergyEstimates
 from exporter.nvml.guarded_calls import Alternative, GuardedNvml
 from exporter.nvml.nvlink_rate import NvlinkRate, NvlinkSample
@@ -230,7 +231,10 @@ class DeviceReader:
         # None: the energy counter is read with the other slow fields, and stands in between.
         self._energy = energy
         extra = frozenset(extra_fields)
-        self._rows = tuple(row for row in GPU_FIELDS if row.default or row.name in extra)
+        # The health verdict's inputs are read whether or not a --collectors file lists them;
+        # only the listed ones become families.
+        wanted = extra | HEALTH_INPUT_FIELDS
+        self._rows = tuple(row for row in GPU_FIELDS if row.default or row.name in wanted)
         # Group -> when it is due; None: every sweep. A field with its own interval has a group
         # of its own.
         self._cadences: dict[str, ScrapeCadence | None] = {SWEEP: None, SLOW: slow_fields}

@@ -7,11 +7,13 @@ from dataclasses import dataclass
 
 from exporter.clock import SYSTEM_CLOCK, Clock
 from exporter.config import CollectionConfig
+from exporter.fields.dcgm_catalogue import P2P_STATUS
 from exporter.nvml.error_tally import ErrorTally
 from exporter.nvml.gpm_sampler import GpmSampler
 from exporter.nvml.guarded_calls import GuardedNvml
 from exporter.nvml.helper import PollerHelper
 from exporter.nvml.mig_reader import MigReader
+from exporter.nvml.p2p_status import P2pStatusReader
 from exporter.nvml.pcie_sampler import PcieSampler
 from exporter.nvml.process_sampler import ProcessSampler
 from exporter.nvml.rejected_readings import RejectedReadings
@@ -86,5 +88,7 @@ def build_helpers(inputs: HelperInputs) -> tuple[PollerHelper, ...]:
         )
         if config.processes_enabled
         else None,
+        # Only for a --collectors file that lists DCGM_EXP_P2P_STATUS.
+        P2pStatusReader(nvml, clock=clock) if P2P_STATUS in config.extra_fields else None,
     ]
     return tuple(helper for helper in helpers if helper is not None)

@@ -43,8 +43,9 @@ class _Tally:
     last_xid: int = 0
     sequence: int = 0
     counts: Counter[int] | None = None
+    seen: dict[int, float] | None = None
 
-    def add(self, xid: int, sequence: int) -> None:
+    def add(self, xid: int, sequence: int, at: float = 0.0) -> None:
         if self.counts is None:
             self.counts = Counter()
         # Keep one slot free for the overflow bucket so the total never exceeds the cap.
@@ -52,12 +53,16 @@ class _Tally:
         if xid not in self.counts and len(self.counts) >= room:
             xid = UNKNOWN_XID
         self.counts[xid] += 1
+        if self.seen is None:
+            self.seen = {}
+        self.seen[xid] = at
         self.last_xid = xid
         self.sequence = sequence
 
     def freeze(self, window_counts: tuple[tuple[int, int], ...] = ()) -> XidRecord:
         counts = tuple(sorted((self.counts or {}).items()))
-        return XidRecord(self.last_xid, self.sequence, counts, window_counts)
+        seen = tuple(sorted((self.seen or {}).items()))
+        return XidRecord(self.last_xid, self.sequence, counts, window_counts, seen)
 
 
 _EntityKey = tuple[str, int | None]
@@ -72,6 +77,7 @@ class XidBook:
     ) -> None:
         self._lock = threading.Lock()
         self._sequence = 0
+        self._clock = clock
         self._entities: dict[_EntityKey, _Tally] = {}
         self._window: EventWindow[_EntityKey] | None = (
             None if window_ms is None else EventWindow(window_ms, clock)
@@ -83,7 +89,7 @@ class XidBook:
         with self._lock:
             self._sequence += 1
             tally = self._entities.setdefault((uuid, gpu_instance_id), _Tally())
-            tally.add(xid, self._sequence)
+            tally.add(xid, self._sequence, self._clock())
             if self._window is not None:
                 # The code as tallied (999 past the cap), so the window's codes are the total's.
                 self._window.add((uuid, gpu_instance_id), tally.last_xid)

@@ -11,6 +11,10 @@ end-to-end tests and `make demo` users can break a running simulated node with c
     POST /-/simulator/gpus/{index}/nvlink-errors {"kind": "replay", "link": 3, "count": 10}
     POST /-/simulator/gpus/{index}/fabric        {"state": "completed", "degraded_bandwidth": true}
     POST /-/simulator/gpus/{index}/recovery-action {"action": "reset"}
+    POST /-/simulator/gpus/{index}/row-remap     {"pending": true, "failure": false}
+    POST /-/simulator/gpus/{index}/thermal-brake {"active": true}
+    POST /-/simulator/gpus/{index}/retired-page  {"cause": "sbe"}          (pre-Ampere, pending)
+    POST /-/simulator/gpus/{index}/pcie-downtrain {"generation": 3, "width": 8} (null restores)
     POST /-/simulator/gpus/{index}/lose | restore | reset
     POST /-/simulator/driver/unload | load        every NVML call fails / works again
     POST /-/simulator/kubelet/stop | start        the pod-resources socket goes away / returns
@@ -40,7 +44,7 @@ from exporter.simulator.nvlink_health import (
     KINDS,
     RECOVERY_ACTIONS,
 )
-from exporter.simulator.sim_gpu import SimGpu, SimMigInstance
+from exporter.simulator.sim_gpu import HW_THERMAL_SLOWDOWN, SimGpu, SimMigInstance
 from exporter.simulator.workload import SHAPES
 from exporter.small_yaml import SHOWN_CHARS, shown
 
@@ -117,7 +121,48 @@ def _recovery_action(nvml: FakeNvml, _k: FakeKubelet, gpu: SimGpu, body: dict[st
     nvml.set_recovery_action(gpu.index, RECOVERY_ACTIONS[action])
 
 
+def _reset(nvml: FakeNvml, _k: FakeKubelet, gpu: SimGpu, _b: dict[str, Any]) -> None:
+    # The driver drops the recovery action it asked for once the reset is done.
+    nvml.reset_gpu(gpu.index)
+    nvml.set_recovery_action(gpu.index, RECOVERY_ACTIONS["none"])
+
+
+def _thermal_brake(nvml: FakeNvml, _k: FakeKubelet, gpu: SimGpu, body: dict[str, Any]) -> None:
+    # HW thermal slowdown forced on (the clock-event model ORs it into the board's own
+    # reasons); inactive drops the override, back to what the board's state gives.
+    nvml.set_clock_event_override(gpu.index, HW_THERMAL_SLOWDOWN if body["active"] else None)
+
+
+def _retired_page(nvml: FakeNvml, _k: FakeKubelet, gpu: SimGpu, body: dict[str, Any]) -> None:
+    # One more page retired and pending until reset; boards that remap rows retire none.
+    try:
+        nvml.retire_page(gpu.index, body["cause"])
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+def _pcie_downtrain(nvml: FakeNvml, _k: FakeKubelet, gpu: SimGpu, body: dict[str, Any]) -> None:
+    # null (or absent) restores that one to the slot's maximum.
+    try:
+        nvml.set_pcie_downtrain(gpu.index, body["generation"], body["width"])
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
 ACTIONS: dict[str, tuple[dict[str, Field], Action]] = {
+    "row-remap": (
+        {"pending": Field(bool, default=True), "failure": Field(bool, default=False)},
+        lambda n, _k, g, b: n.set_row_remap(g.index, b["pending"], b["failure"]),
+    ),
+    "thermal-brake": ({"active": Field(bool, default=True)}, _thermal_brake),
+    "retired-page": ({"cause": Field(str, default="sbe")}, _retired_page),
+    "pcie-downtrain": (
+        {
+            "generation": Field(int, low=1, high=6, nullable=True),
+            "width": Field(int, low=1, high=16, nullable=True),
+        },
+        _pcie_downtrain,
+    ),
     "nvlink-errors": (
         {
             "kind": Field(str, required=True),
@@ -164,7 +209,7 @@ ACTIONS: dict[str, tuple[dict[str, Field], Action]] = {
     "unhealthy": ({"unhealthy": Field(bool, required=True)}, _unhealthy),
     "lose": ({}, lambda n, _k, g, _b: n.lose_gpu(g.index)),
     "restore": ({}, lambda n, _k, g, _b: n.restore_gpu(g.index)),
-    "reset": ({}, lambda n, _k, g, _b: n.reset_gpu(g.index)),
+    "reset": ({}, _reset),
 }
 
 

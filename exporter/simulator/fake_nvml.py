@@ -38,10 +38,11 @@ from exporter.simulator.nvml.fields import FieldCalls
 from exporter.simulator.nvml.gpm import GpmCalls
 from exporter.simulator.nvml.mig import MigCalls
 from exporter.simulator.nvml.nvlink_fields import FabricCalls
+from exporter.simulator.nvml.pcie_link import PcieLinkCalls
 from exporter.simulator.nvml.processes import ProcessCalls
 from exporter.simulator.nvml.reliability import ReliabilityCalls
 from exporter.simulator.nvml.sensors import SensorCalls
-from exporter.simulator.sim_gpu import MIB
+from exporter.simulator.sim_gpu import MIB, SimGpu
 from exporter.simulator.workload import SHAPES
 
 
@@ -52,6 +53,7 @@ class FakeNvml(
     ReliabilityCalls,
     FieldCalls,
     FabricCalls,
+    PcieLinkCalls,
     MigCalls,
     GpmCalls,
     EventCalls,
@@ -141,6 +143,10 @@ class FakeNvml(
                 if gpu.model.row_remapping:
                     gpu.remapped_uncorrectable += count
                     gpu.remapped_pending = 1
+                else:
+                    # Before Ampere the driver retires the page instead (pending until reset).
+                    for _ in range(count):
+                        self._retire(gpu, "dbe")
             else:
                 gpu.ecc_sbe_volatile += count
         kind = (
@@ -149,6 +155,45 @@ class FakeNvml(
             else pynvml.nvmlEventTypeSingleBitEccError
         )
         self._emit(index, kind, 0, None)
+
+    def retire_page(self, index: int, cause: str) -> int:
+        """Retire one more page of a pre-Ampere board (the T4 model) for `cause`: "sbe"
+        (NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS) or "dbe" (..._DOUBLE_BIT_
+        ECC_ERROR). The page counts in DCGM_FI_DEV_RETIRED_SBE/_DBE at once and is pending
+        (DCGM_FI_DEV_RETIRED_PENDING = 1) until reset_gpu(), as NVML counts pending pages with
+        the retired ones. Returns the page's address. ValueError for an unknown cause or a board
+        that remaps rows instead (Ampere and newer, which answer NOT_SUPPORTED for retired
+        pages); no event is emitted (inject_ecc_error emits the ECC one and retires a page).
+        """
+        if cause not in ("sbe", "dbe"):
+            raise ValueError(f"unknown page retirement cause {cause!r} (known: sbe, dbe)")
+        gpu = self.gpus[index]
+        if gpu.model.row_remapping:
+            raise ValueError(f"GPU {index} ({gpu.model.name}) remaps rows; it retires no pages")
+        with gpu.lock:
+            return self._retire(gpu, cause)
+
+    @staticmethod
+    def _retire(gpu: SimGpu, cause: str) -> int:
+        pages = gpu.retired_pages[cause]
+        # A distinct, stable 4 KiB-aligned address per page (what XID 63 would name).
+        address = ((gpu.index + 1) << 32) | (
+            (len(gpu.retired_pages["sbe"]) + len(gpu.retired_pages["dbe"]) + 1) << 12
+        )
+        pages.append(address)
+        gpu.retired_pending = 1
+        return address
+
+    def set_clock_event_override(self, index: int, bits: int | None) -> None:
+        """Force clock-event reason bits on for GPU `index` from now on (NVML's
+        nvmlClocksEventReason* / nvmlClocksThrottleReason* bits, e.g. 0x40 HW thermal slowdown
+        for a thermal brake, 0x4 SW power cap), ORed into the reasons the board's own state
+        gives; None clears the override. nvmlDeviceGetCurrentClocksEventReasons reports them,
+        a thermal or power brake cuts the SM clock, and the violation counters
+        (DCGM_FI_DEV_*_VIOLATION) of the policies they belong to rise by the simulated time
+        they stay on (exporter/simulator/violations.py)."""
+        gpu = self.gpus[index]
+        gpu.set_clock_event_override(self.now(), bits)
 
     def set_temperature_offset(self, index: int, celsius: float) -> None:
         self.gpus[index].temperature_offset_c = celsius
@@ -177,19 +222,27 @@ class FakeNvml(
 
     def reset_gpu(self, index: int) -> None:
         """`nvidia-smi --gpu-reset`: volatile ECC counts and NVLink data counters start over, a
-        pending row remap is applied, and a lost GPU answers again. Aggregate counts and remap
-        failures persist."""
+        pending row remap or page retirement is applied, and a lost GPU answers again. Aggregate
+        counts, retired pages and remap failures persist."""
         gpu = self.gpus[index]
         with gpu.lock:
             gpu.ecc_sbe_history += gpu.ecc_sbe_volatile
             gpu.ecc_dbe_history += gpu.ecc_dbe_volatile
             gpu.ecc_sbe_volatile = gpu.ecc_dbe_volatile = 0
             gpu.remapped_pending = 0
+            gpu.retired_pending = 0
             gpu.lost = False
         gpu.reset_nvlink_counters(self.now())
 
     def memory_bytes(self, index: int) -> tuple[int, int, int, int]:
         return self.gpus[index].memory(self.now())
+
+    def set_row_remap(self, index: int, pending: bool, failure: bool) -> None:
+        """A row remap waiting for a reset, and a remap that failed (which no reset undoes)."""
+        gpu = self.gpus[index]
+        with gpu.lock:
+            gpu.remapped_pending = int(pending)
+            gpu.remapped_failure = int(failure)
 
 
 __all__ = ["MIB", "NO_INSTANCE", "FakeNvml"]

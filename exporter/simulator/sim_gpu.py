@@ -12,16 +12,22 @@ from dataclasses import dataclass, field
 
 from exporter.simulator.fleet import GpuSpec
 from exporter.simulator.nvlink_health import FabricState, NvlinkHealth
+from exporter.simulator.violations import (
+    CLOCK_CUT,
+    GPU_IDLE,
+    HW_THERMAL_SLOWDOWN,
+    POLICIES,
+    SW_POWER_CAP,
+    SW_THERMAL_SLOWDOWN,
+    active_policies,
+)
 from exporter.simulator.workload import SHAPES, WorkloadShape, smooth_noise, utilization
 
+# The clock-event reason bits (nvmlClocksEventReason*) are named in violations.py; tests take
+# the ones the board's own state sets (GPU_IDLE, SW_POWER_CAP...) from here.
 MIB = 1 << 20
 AMBIENT_C = 28.0
 THERMAL_LAG_S = 20.0
-# Clock-event reason bits (nvmlClocksEventReason*).
-GPU_IDLE = 0x1
-SW_POWER_CAP = 0x4
-SW_THERMAL_SLOWDOWN = 0x20
-HW_THERMAL_SLOWDOWN = 0x40
 # The NVLink load model, all-reduce traffic of a busy GPU: KiB/s over all links at full load in
 # the transmit direction; receive is a touch lower.
 NVLINK_FULL_LOAD_KIB_PER_S = 300e6
@@ -73,6 +79,8 @@ class Counters:
     energy_mj: float = 0.0
     nvlink_tx_kib: list[float] = field(default_factory=list)
     nvlink_rx_kib: list[float] = field(default_factory=list)
+    # Performance policy (violations.POLICIES) -> ns its reasons held the clocks back.
+    violation_ns: dict[str, float] = field(default_factory=lambda: dict.fromkeys(POLICIES, 0.0))
     advanced_to: float | None = None
 
 
@@ -131,6 +139,13 @@ class SimGpu:
         self.remapped_pending = 0
         self.remapped_failure = 0
         self.pcie_replays = 0
+        # Pre-Ampere boards retire pages instead of remapping rows: cause ("sbe", "dbe") -> the
+        # retired pages' addresses, pending ones included; and whether any awaits a reset.
+        self.retired_pages: dict[str, list[int]] = {"sbe": [], "dbe": []}
+        self.retired_pending = 0
+        # Clock-event reason bits forced on (a thermal brake, a power cap), ORed into what the
+        # board's state gives; None: none forced. Set through set_clock_event_override.
+        self.clock_event_override: int | None = None
         # None: a bare-metal GPU without vGPU licensing. "licensed"/"unlicensed": a vGPU guest.
         self.vgpu_license = spec.vgpu_license
         links = self.model.nvlink_links
@@ -217,14 +232,23 @@ class SimGpu:
             reasons |= SW_THERMAL_SLOWDOWN
         if temperature >= self.model.shutdown_temp_c - 2:
             reasons |= HW_THERMAL_SLOWDOWN
-        return reasons
+        override = self.clock_event_override
+        return reasons | override if override is not None else reasons
+
+    def set_clock_event_override(self, t: float, bits: int | None) -> None:
+        """From simulated time t on, force the clock-event reason `bits` on (ORed into the ones
+        the board's own state gives); None clears them. The violation counters integrate up to
+        t first, so time before the change counts under the old reasons."""
+        with self.lock:
+            self.advance(t)
+            self.clock_event_override = bits
 
     def sm_clock_mhz(self, t: float) -> int:
         u = self.utilization(t)
         if u < 0.01:
             return self.model.idle_sm_clock_mhz
         clock = self.model.max_sm_clock_mhz * (0.7 + 0.3 * min(1.0, u * 1.4))
-        if self.clock_event_reasons(t) & (SW_THERMAL_SLOWDOWN | HW_THERMAL_SLOWDOWN):
+        if self.clock_event_reasons(t) & CLOCK_CUT:
             clock *= 0.6
         return int(clock) // 15 * 15  # clocks move in 15 MHz steps
 
@@ -257,7 +281,7 @@ class SimGpu:
     # Counters
 
     def advance(self, t: float) -> None:
-        """Integrate energy and NVLink traffic up to time t."""
+        """Integrate energy, NVLink traffic and the violation counters up to time t."""
         with self.lock:
             last = self.counters.advanced_to
             if last is None or t <= last:
@@ -271,6 +295,8 @@ class SimGpu:
             for k in range(pieces):
                 mid = t - span + width * (k + 0.5)
                 self.counters.energy_mj += self.power_mw(mid) * width
+                for policy in active_policies(self.clock_event_reasons(mid)):
+                    self.counters.violation_ns[policy] += width * 1e9
                 if links:
                     per_link_kib = self.nvlink_kib_per_s(mid, transmit=True) * width / links
                     for i in range(links):
@@ -281,6 +307,11 @@ class SimGpu:
     def energy_mj(self, t: float) -> int:
         self.advance(t)
         return int(self.counters.energy_mj)
+
+    def violation_ns(self, policy: str, t: float) -> int:
+        """Nanoseconds the policy's reasons held the clocks back (violations.py), up to t."""
+        self.advance(t)
+        return int(self.counters.violation_ns[policy])
 
     def nvlink_kib_per_s(self, t: float, transmit: bool) -> float:
         """NVLink traffic at time t over all links, one direction; 0 without NVLink."""

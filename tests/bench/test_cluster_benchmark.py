@@ -17,7 +17,7 @@ from benchmarks.cluster.synthetic import NodeGroup, Scale
 from benchmarks.prometheus_side import backfilled
 from bundle.config import DEFAULT
 from bundle.localstack.prometheus_api import PrometheusAPI
-from tests.e2e.panels import FABRIC_NODE_PANELS
+from tests.e2e.panels import FABRIC_NODE_PANELS, FAULTY_NODE_PANELS
 
 
 def _titles(table: dict[str, tuple[str, ...]]) -> list[str]:
@@ -35,9 +35,12 @@ SMALL = Scale(
     spread_steps=8,
     nodes_per_chunk=2,
 )
-# No XID happens in the synthetic history, and no node of it is on an NVLink fabric, so these
-# panels have nothing to show.
-EMPTY_PANELS = {"XID events", *_titles(FABRIC_NODE_PANELS)}
+# No XID happens in the synthetic history, no node of it is on an NVLink fabric, and no GPU
+# needs a repair, so these panels have nothing to show.
+EMPTY_PANELS = {
+    "XID events",
+    *(panel for table in (FABRIC_NODE_PANELS, FAULTY_NODE_PANELS) for panel in _titles(table)),
+}
 # A PromQL subquery: a range with a resolution, `[1h:1m]`.
 SUBQUERY = re.compile(r"\[[^\]]*:[^\]]*\]")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from alerts import recording
+from alerts import gpu_health, recording
 from alerts.rule_types import Alert, Record
 from alerts.rules_file import alert_groups, recording_groups
 from bundle import render as bundle_render
@@ -821,7 +821,11 @@ def test_alert_template_queries_name_real_metrics():
         for rule in group.rules:
             assert isinstance(rule, Alert), rule
             for metric in re.findall(r"([A-Za-z_:][A-Za-z0-9_:]*)\{(?!\{)", rule.description):
-                assert metric == "kube_gpu_exporter_pod_device_allocation", rule.name
+                # The pods holding a GPU, and (gpu_health) the reasons of its health verdict.
+                assert metric in {
+                    "kube_gpu_exporter_pod_device_allocation",
+                    gpu_health.HEALTH_REASON,
+                }, rule.name
 
 
 @pytest.mark.parametrize("version", VERSIONS)

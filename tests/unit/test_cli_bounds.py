@@ -296,7 +296,7 @@ def test_a_hostile_path_in_a_start_up_warning_stays_in_its_record(cli, tmp_path:
     folder = tmp_path / "a\rlevel=error msg=forged"
     folder.mkdir()
     csv = folder / "fields.csv"
-    csv.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_POWER_VIOLATION, counter, v\n")
+    csv.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_PSTATE, counter, v\n")
     bad_fleet = tmp_path / "bad-fleet.yaml"
     bad_fleet.write_text("gpus: []\n")
     code, _, err = cli("--simulate", str(bad_fleet), "-f", str(csv), "--web.listen-address=:1")

@@ -273,7 +273,7 @@ def test_the_energy_fields_interval_is_the_energy_read_interval(name):
     [
         ("DCGM_FI_NOPE=1s", "DCGM_FI_NOPE is not a DCGM field"),
         ("DCGM_FI_\nNOPE=1s", '"DCGM_FI_\\nNOPE" is not a DCGM field'),
-        ("DCGM_FI_DEV_POWER_VIOLATION=1s", "is a DCGM field this exporter does not read"),
+        ("DCGM_FI_DEV_PSTATE=1s", "is a DCGM field this exporter does not read"),
         ("DCGM_FI_PROF_SM_ACTIVE=1s", "GPM sampler"),
         ("DCGM_FI_PROF_SM_UTIL_RATIO=1s", "GPM sampler"),
         ("DCGM_FI_DEV_PCIE_TX_THROUGHPUT=1s", "--collector.pcie-interval"),
@@ -352,9 +352,9 @@ def busy_port() -> Iterator[int]:
 def test_each_unsupported_field_is_logged_once_at_start(cli, csv, busy_port):
     path = csv(
         "DCGM_FI_DEV_GPU_TEMP, gauge, t\n"
-        "DCGM_FI_DEV_POWER_VIOLATION, counter, v\n"
+        "DCGM_FI_DEV_PSTATE, counter, v\n"
         "DCGM_FI_DEV_SERIAL, label, s\n"
-        "DCGM_FI_DEV_POWER_VIOLATION, counter, again\n"
+        "DCGM_FI_DEV_PSTATE, counter, again\n"
     )
     code, _, err = cli(
         "--simulate",
@@ -367,7 +367,7 @@ def test_each_unsupported_field_is_logged_once_at_start(cli, csv, busy_port):
     assert code == 2
     messages = [json.loads(line)["msg"] for line in err.splitlines() if line.startswith("{")]
     assert messages == [
-        f"{path}: DCGM_FI_DEV_POWER_VIOLATION is not exported: "
+        f"{path}: DCGM_FI_DEV_PSTATE is not exported: "
         "a DCGM-only field: NVML has no source for it here",
         f"{path}: DCGM_FI_DEV_SERIAL is not exported: "
         "label fields other than the driver version and the fabric cluster UUID are not exported",

@@ -66,23 +66,23 @@ EXPORTED = "exported"
 COMMENTED_OUT: dict[str, tuple[str, str]] = {
     "DCGM_FI_PROF_PCIE_TX_BYTES": (EXPORTED, "counter"),
     "DCGM_FI_PROF_PCIE_RX_BYTES": (EXPORTED, "counter"),
-    "DCGM_FI_DEV_POWER_VIOLATION": ("unsupported", "DCGM-only"),
-    "DCGM_FI_DEV_THERMAL_VIOLATION": ("unsupported", "DCGM-only"),
-    "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": ("unsupported", "DCGM-only"),
-    "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION": ("unsupported", "DCGM-only"),
-    "DCGM_FI_DEV_LOW_UTIL_VIOLATION": ("unsupported", "DCGM-only"),
-    "DCGM_FI_DEV_RELIABILITY_VIOLATION": ("unsupported", "DCGM-only"),
+    "DCGM_FI_DEV_POWER_VIOLATION": (EXPORTED, "counter"),
+    "DCGM_FI_DEV_THERMAL_VIOLATION": (EXPORTED, "counter"),
+    "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": (EXPORTED, "counter"),
+    "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION": (EXPORTED, "counter"),
+    "DCGM_FI_DEV_LOW_UTIL_VIOLATION": (EXPORTED, "counter"),
+    "DCGM_FI_DEV_RELIABILITY_VIOLATION": (EXPORTED, "counter"),
     "DCGM_EXP_CLOCK_EVENTS_COUNT": (EXPORTED, "counter"),
     "DCGM_EXP_XID_ERRORS_COUNT": (EXPORTED, "counter"),
-    "DCGM_EXP_GPU_HEALTH_STATUS": ("unsupported", "health checks"),
-    "DCGM_EXP_P2P_STATUS": ("unsupported", "peer-to-peer"),
+    "DCGM_EXP_GPU_HEALTH_STATUS": (EXPORTED, "counter"),
+    "DCGM_EXP_P2P_STATUS": (EXPORTED, "counter"),
     "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": (EXPORTED, "counter"),
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": (EXPORTED, "counter"),
     "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": (EXPORTED, "counter"),
     "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": (EXPORTED, "counter"),
-    "DCGM_FI_DEV_RETIRED_SBE": ("unsupported", "DCGM-only"),
-    "DCGM_FI_DEV_RETIRED_DBE": ("unsupported", "DCGM-only"),
-    "DCGM_FI_DEV_RETIRED_PENDING": ("unsupported", "DCGM-only"),
+    "DCGM_FI_DEV_RETIRED_SBE": (EXPORTED, "counter"),
+    "DCGM_FI_DEV_RETIRED_DBE": (EXPORTED, "counter"),
+    "DCGM_FI_DEV_RETIRED_PENDING": (EXPORTED, "counter"),
     # The NVLink error totals are read (off by default, as upstream leaves them commented out);
     # the per-link bandwidth is not.
     "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": (EXPORTED, "counter"),
@@ -306,14 +306,14 @@ def test_a_field_listed_twice_keeps_its_first_line():
         "DCGM_FI_DEV_GPU_TEMP, counter, second\n"
         "DCGM_FI_DEV_FB_USED_BYTES, gauge, by its 4.9 name\n"
         "DCGM_FI_DEV_FB_USED, counter, by its classic name\n"
-        "DCGM_FI_DEV_POWER_VIOLATION, counter, a\n"
-        "DCGM_FI_DEV_POWER_VIOLATION, counter, b\n"
+        "DCGM_FI_DEV_PSTATE, counter, a\n"
+        "DCGM_FI_DEV_PSTATE, counter, b\n"
     )
     assert [(f.name, f.kind, f.help) for f in selection.listed] == [
         ("DCGM_FI_DEV_GPU_TEMP", "gauge", "first"),
         ("DCGM_FI_DEV_FB_USED_BYTES", "gauge", "by its 4.9 name"),
     ]
-    assert [u.name for u in selection.unsupported] == ["DCGM_FI_DEV_POWER_VIOLATION"]
+    assert [u.name for u in selection.unsupported] == ["DCGM_FI_DEV_PSTATE"]
 
 
 @pytest.mark.parametrize("text", ["", "\n\n", "# only comments\n\n# and more\n"])
@@ -363,8 +363,7 @@ def test_other_label_fields_are_unsupported(name):
         ("DCGM_FI_DEV_DIAG_STATUS", "diagnostics"),
         ("DCGM_FI_DEV_VGPU_UUID", "vGPU"),
         ("DCGM_FI_DEV_NVLINK_BANDWIDTH_L0", "NVLink"),
-        ("DCGM_FI_DEV_POWER_VIOLATION", DEFAULT_REASON),
-        ("DCGM_EXP_GPU_HEALTH_STATUS", "needs DCGM health checks"),
+        ("DCGM_FI_DEV_PSTATE", DEFAULT_REASON),
         ("dcgm_gpu_temp", "1.x name: list the field as DCGM_FI_DEV_GPU_TEMP"),
         ("dcgm_power_violation", "1.x name: list the field as DCGM_FI_DEV_POWER_VIOLATION"),
     ],
@@ -443,8 +442,8 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
 
 def test_the_reader_reads_the_file_it_is_given(tmp_path: Path):
     path = tmp_path / "mine.csv"
-    path.write_text("DCGM_FI_DEV_FAN_SPEED, gauge, fan\nDCGM_FI_DEV_POWER_VIOLATION, counter, v\n")
+    path.write_text("DCGM_FI_DEV_FAN_SPEED, gauge, fan\nDCGM_FI_DEV_PSTATE, counter, v\n")
     selection = read_collectors_file(str(path))
     assert selection.path == str(path)
     assert [f.row.name for f in selection.listed] == ["DCGM_FI_DEV_FAN_SPEED"]
-    assert [u.name for u in selection.unsupported] == ["DCGM_FI_DEV_POWER_VIOLATION"]
+    assert [u.name for u in selection.unsupported] == ["DCGM_FI_DEV_PSTATE"]

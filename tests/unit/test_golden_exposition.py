@@ -9,7 +9,13 @@ import pytest
 
 from exporter.dcgm_compat import DEFAULT_PROFILE, PROFILES, DcgmVersion
 from exporter.exposition.dcgm_families import families_for
-from exporter.exposition.metric_family import HOST, LABEL_PREFIXED, Declared, MetricFamily
+from exporter.exposition.metric_family import (
+    DCGM_ENTITY,
+    HOST,
+    LABEL_PREFIXED,
+    Declared,
+    MetricFamily,
+)
 from exporter.exposition.own_families import (
     OWN_FAMILIES,
     PREFIX,
@@ -94,18 +100,19 @@ def test_every_scraped_family_is_declared_with_its_help_and_type(
 
 def _fits(actual: list[str], declared: tuple[str, ...], host_label: str = "hostname") -> bool:
     """Whether `actual` is `declared` in order with some names left out; LABEL_PREFIXED stands
-    for any number of label_* names."""
+    for any number of label_* names, DCGM_ENTITY for any names not declared after it."""
     wanted = [host_label if name == HOST else name for name in declared]
     position = 0
     for name in actual:
         while position < len(wanted) and not (
             name == wanted[position]
             or (wanted[position] == LABEL_PREFIXED and name.startswith("label_"))
+            or (wanted[position] == DCGM_ENTITY and name not in wanted[position + 1 :])
         ):
             position += 1
         if position == len(wanted):
             return False
-        if wanted[position] != LABEL_PREFIXED:
+        if wanted[position] not in (LABEL_PREFIXED, DCGM_ENTITY):
             position += 1
     return True
 

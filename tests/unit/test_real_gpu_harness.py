@@ -255,7 +255,11 @@ def test_each_field_is_timed_alone_and_the_costly_ones_flagged(slow_sim: FakeNvm
     replay = by_id[pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER]
     assert replay.cpu_us is not None and replay.cpu_us >= 0.4 * 147.7 * ratio
     assert fields[0].field_id == pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
-    assert all(f.nvml_return is None and f.calls == 10 for f in fields)
+    # The H100s retire no pages (they remap rows), as real Ampere and newer boards answer.
+    retired = {f.name for f in fields if f.name.startswith("NVML_FI_DEV_RETIRED_")}
+    assert len(retired) == 3
+    assert all(f.calls == 10 for f in fields)
+    assert all((f.nvml_return == "NOT_SUPPORTED") == (f.name in retired) for f in fields)
     assert fields[0] is energy  # the slowest comes first
 
 

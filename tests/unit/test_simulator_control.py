@@ -213,7 +213,8 @@ async def test_hostile_requests_get_one_short_line_and_log_no_traceback(
         response = await client.post(f"/-/simulator/{path}", data=body)
         text = await response.text()
     assert (response.status, text.count("\n")) == (status, 1), text[:300]
-    assert message in text and len(text) < 250, text[:300]
+    # The echo of what was sent is cut short; the list of known actions is what is left.
+    assert message in text and len(text) < 320, text[:400]
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 

@@ -21,7 +21,10 @@ from benchmarks.soak import (
     table,
 )
 
-CI_RSS_LIMIT = 3 * MB
+# The reduced soak's bound on RSS growth after warm-up. Measured on 2026-12-01 on the 2-core VM:
+# 2.5 to 3.1 MB over 2,800 sweeps with 8 fault cycles, the same before and after that day's
+# changes; 3 MB failed one CI run in three. A leak of a few kilobytes a sweep still goes past it.
+CI_RSS_LIMIT = 4 * MB
 
 
 def _result(**end: int) -> Result:

@@ -19,8 +19,9 @@ import pynvml
 from exporter.fields.model import FieldValue, Getter
 from exporter.fields.table import BY_NAME, GPU_FIELDS
 from exporter.simulator.nvml.core import NvmlCore, nvml_call
-from exporter.simulator.nvml.reliability import ecc_count, remapped_rows
+from exporter.simulator.nvml.reliability import ecc_count, remapped_rows, retired_pages
 from exporter.simulator.sim_gpu import SimGpu
+from exporter.simulator.violations import POLICIES
 
 # (board, simulated time) -> the field's value in its native unit.
 FieldModel = Callable[[SimGpu, float], int]
@@ -36,6 +37,10 @@ def _passively_cooled(gpu: SimGpu, t: float) -> int:
     # Every simulated board is a passively cooled data-centre part, whose fans belong to the
     # server: NVML answers NOT_SUPPORTED (the H200's `nvidia-smi -q` says "Fan Speed : N/A").
     raise pynvml.NVMLError_NotSupported()
+
+
+def _violation(policy: str) -> FieldModel:
+    return lambda gpu, t: gpu.violation_ns(policy, t)
 
 
 MODELS: Mapping[str, FieldModel] = MappingProxyType(
@@ -55,6 +60,11 @@ MODELS: Mapping[str, FieldModel] = MappingProxyType(
         "DCGM_FI_DEV_ROW_REMAP_PENDING": lambda gpu, t: remapped_rows(gpu)[2],
         "DCGM_FI_DEV_ROW_REMAP_FAILURE": lambda gpu, t: remapped_rows(gpu)[3],
         "DCGM_FI_DEV_FAN_SPEED": _passively_cooled,
+        # DCGM_FI_DEV_POWER_VIOLATION ... DCGM_FI_DEV_TOTAL_BASE_CLOCKS_VIOLATION.
+        **{f"DCGM_FI_DEV_{p.upper()}_VIOLATION": _violation(p) for p in POLICIES},
+        "DCGM_FI_DEV_RETIRED_SBE": lambda gpu, t: retired_pages(gpu)[0],
+        "DCGM_FI_DEV_RETIRED_DBE": lambda gpu, t: retired_pages(gpu)[1],
+        "DCGM_FI_DEV_RETIRED_PENDING": lambda gpu, t: retired_pages(gpu)[2],
     }
 )
 

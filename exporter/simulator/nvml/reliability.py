@@ -1,4 +1,5 @@
-"""Reliability counters: ECC errors, row remapping, and the PCIe link's replays and throughput."""
+"""Reliability counters: ECC errors, row remapping, page retirement, and the PCIe link's replays
+and throughput."""
 
 from __future__ import annotations
 
@@ -32,6 +33,23 @@ def remapped_rows(gpu: SimGpu) -> tuple[int, int, int, int]:
     )
 
 
+# nvmlPageRetirementCause_t -> SimGpu.retired_pages' key.
+_CAUSES = {
+    pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS: "sbe",
+    pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR: "dbe",
+}
+
+
+def retired_pages(gpu: SimGpu) -> tuple[int, int, int]:
+    """(pages retired for single-bit errors, for double-bit errors, whether one is pending), as
+    NVML's fields 29-31 answer; NOT_SUPPORTED on Ampere and newer, which remap rows instead
+    (docs/nvml.md, 'Page retirement')."""
+    if gpu.model.row_remapping:
+        raise pynvml.NVMLError_NotSupported()
+    pages = gpu.retired_pages
+    return len(pages["sbe"]), len(pages["dbe"]), gpu.retired_pending
+
+
 class ReliabilityCalls(NvmlCore):
     @nvml_call()
     def nvmlDeviceGetEccMode(self, gpu: SimGpu, instance: None) -> list[int]:
@@ -50,6 +68,19 @@ class ReliabilityCalls(NvmlCore):
     @nvml_call()
     def nvmlDeviceGetRemappedRows(self, gpu: SimGpu, instance: None) -> tuple[int, int, int, int]:
         return remapped_rows(gpu)
+
+    @nvml_call()
+    def nvmlDeviceGetRetiredPages(self, gpu: SimGpu, instance: None, cause: int) -> list[int]:
+        """The addresses of the pages retired for `cause`, pending ones included."""
+        if cause not in _CAUSES:
+            raise pynvml.NVMLError_InvalidArgument()
+        retired_pages(gpu)  # NOT_SUPPORTED where the board remaps rows
+        return list(gpu.retired_pages[_CAUSES[cause]])
+
+    @nvml_call()
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, gpu: SimGpu, instance: None) -> int:
+        """NVML_FEATURE_ENABLED (1) while a retirement waits for the next reset, else 0."""
+        return retired_pages(gpu)[2]
 
     @nvml_call()
     def nvmlDeviceGetPcieReplayCounter(self, gpu: SimGpu, instance: None) -> int:

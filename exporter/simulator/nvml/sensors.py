@@ -10,6 +10,18 @@ import pynvml
 from exporter.simulator.nvml.core import MIN_DRIVER_FOR, NvmlCore, nvml_call
 from exporter.simulator.sim_gpu import SimGpu, SimMigInstance
 
+# nvmlPerfPolicyType_t -> the simulator's policy (violations.POLICIES).
+_POLICY_NAMES = {
+    pynvml.NVML_PERF_POLICY_POWER: "power",
+    pynvml.NVML_PERF_POLICY_THERMAL: "thermal",
+    pynvml.NVML_PERF_POLICY_SYNC_BOOST: "sync_boost",
+    pynvml.NVML_PERF_POLICY_BOARD_LIMIT: "board_limit",
+    pynvml.NVML_PERF_POLICY_LOW_UTILIZATION: "low_util",
+    pynvml.NVML_PERF_POLICY_RELIABILITY: "reliability",
+    pynvml.NVML_PERF_POLICY_TOTAL_APP_CLOCKS: "total_app_clocks",
+    pynvml.NVML_PERF_POLICY_TOTAL_BASE_CLOCKS: "total_base_clocks",
+}
+
 
 class SensorCalls(NvmlCore):
     @nvml_call()
@@ -90,6 +102,18 @@ class SensorCalls(NvmlCore):
         if clock_type == pynvml.NVML_CLOCK_MEM:
             return gpu.model.mem_clock_mhz
         return gpu.model.max_sm_clock_mhz
+
+    @nvml_call()
+    def nvmlDeviceGetViolationStatus(self, gpu: SimGpu, instance: None, policy: int) -> Any:
+        """What the field values NVML_FI_DEV_PERF_POLICY_* give, one policy a call: the time
+        the policy held the clocks back (ns) and the reference time it is measured against
+        (µs, here the driver's wall clock, as the field values' timestamps)."""
+        name = _POLICY_NAMES.get(policy)
+        if name is None:
+            raise pynvml.NVMLError_InvalidArgument()
+        return pynvml.c_nvmlViolationTime_t(
+            referenceTime=self.timestamp_us(), violationTime=gpu.violation_ns(name, self.now())
+        )
 
     @nvml_call()
     def nvmlDeviceGetCurrentClocksEventReasons(self, gpu: SimGpu, instance: None) -> int:

@@ -1,0 +1,26 @@
+"""The --collectors rows of dcgm-exporter's health families that the verdict feeds. They live
+here, not in the field table, because they are computed from the verdict, not read from NVML;
+collectors_file looks them up beside the table's rows."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from exporter.fields.dcgm_catalogue import GPU_HEALTH_STATUS
+from exporter.fields.model import Cadence, Computed, DcgmField, Scope
+
+GPU_HEALTH_STATUS_ROW = DcgmField(
+    name=GPU_HEALTH_STATUS,
+    field_id=0,
+    source=Computed("the GPU health verdict (exporter/health/), one series per health watch"),
+    native_unit="count",
+    unit="count",
+    kind="counter",
+    help="DCGM reported health status",
+    scope=Scope.GPU,
+    cadence=Cadence.EVENTS,
+    attribute=None,
+    default=False,
+)
+
+HEALTH_ROWS = MappingProxyType({GPU_HEALTH_STATUS_ROW.name: GPU_HEALTH_STATUS_ROW})

@@ -1,0 +1,185 @@
+"""The GPU health verdict over hand-built snapshots: every reason set and cleared, healthy
+explicit, worst first, XIDs held for their window; and the control API driving the simulator's
+reasons through the device reader."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from exporter import fabric_health
+from exporter.health.reasons import BY_NAME, HEALTHY, XID_HOLD_SECONDS, Action, Severity
+from exporter.health.verdict import verdict
+from exporter.nvml.device_reader import DeviceReader
+from exporter.nvml.error_tally import ErrorTally
+from exporter.nvml.guarded_calls import GuardedNvml
+from exporter.simulator.control import add_control_routes
+from exporter.simulator.fake_kubelet import FakeKubelet
+from exporter.simulator.fake_nvml import FakeNvml
+from exporter.simulator.fleet import builtin_fleet
+from exporter.snapshot import GpuIdentity, GpuReadings, GpuSnapshot, XidRecord
+
+IDENT = GpuIdentity(0, "GPU-0", "NVIDIA H100 80GB HBM3", "00000000:18:00.0")
+
+
+def names(gpu: GpuSnapshot, now: float = 0.0) -> list[str]:
+    return [r.name for r in verdict(gpu, now).reasons]
+
+
+def board(**readings: object) -> GpuSnapshot:
+    return GpuSnapshot(IDENT, up=True, readings=GpuReadings(**readings))  # type: ignore[arg-type]
+
+
+def with_extra(**extra: int) -> GpuSnapshot:
+    return board(extra=tuple(sorted(extra.items())))
+
+
+def test_healthy_is_explicit() -> None:
+    assert verdict(board(ecc_dbe_volatile=0), 0).reasons == (HEALTHY,)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "reason"),
+    [
+        (board(ecc_dbe_volatile=2), "ecc_dbe_volatile"),
+        (board(remapped_rows_pending=1), "row_remap_pending"),
+        (board(remapped_rows_failure=1), "row_remap_failure"),
+        (board(clock_event_reasons=0x40), "thermal_brake"),
+        (board(clock_event_reasons=0x8), "hw_slowdown"),
+        (board(clock_event_reasons=0x80), "power_brake"),
+        (with_extra(DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION=1), "recovery_action_reset"),
+        (with_extra(DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION=2), "recovery_action_reboot"),
+        (with_extra(DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION=3), "recovery_action_drain_p2p"),
+        (with_extra(DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION=4), "recovery_action_drain_reset"),
+        (with_extra(DCGM_FI_DEV_RETIRED_PENDING=1), "retired_pages_pending"),
+        (with_extra(DCGM_FI_DEV_FABRIC_MANAGER_STATUS=4), "fabric_registration_failed"),
+        (
+            with_extra(
+                DCGM_FI_DEV_FABRIC_HEALTH_MASK=fabric_health.mask_with({"degraded_bandwidth": True})
+            ),
+            "fabric_degraded",
+        ),
+        (
+            with_extra(
+                DCGM_FI_DEV_FABRIC_HEALTH_MASK=fabric_health.mask_with({"route_unhealthy": True})
+            ),
+            "fabric_unhealthy",
+        ),
+        (
+            (with_extra(DCGM_FI_DEV_PCIE_LINK_WIDTH=8, DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH=16)),
+            "pcie_downtrained",
+        ),
+        (GpuSnapshot(IDENT, up=False, readings=None, error="GPU_IS_LOST"), "gpu_lost"),
+    ],
+)
+def test_each_reason_holds_with_its_evidence(gpu: GpuSnapshot, reason: str) -> None:
+    assert names(gpu) == [reason]
+
+
+def pcie(gen: int, clock_events: int | None) -> GpuSnapshot:
+    extra = (("DCGM_FI_DEV_PCIE_LINK_GEN", gen), ("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", 5))
+    return board(extra=extra, clock_event_reasons=clock_events)
+
+
+def test_a_low_pcie_generation_counts_only_under_load() -> None:
+    # Busy (no GpuIdle bit): a Gen4 link on a Gen5 slot is downtrained.
+    assert names(pcie(4, 0)) == ["pcie_downtrained"]
+    # Idle, or reasons unknown: the link may have slowed down to save power.
+    assert names(pcie(1, 0x1)) == ["healthy"]
+    assert names(pcie(1, None)) == ["healthy"]
+    # At its maximum, or unmeasured (0): nothing.
+    assert names(pcie(5, 0)) == names(pcie(0, 0)) == ["healthy"]
+
+
+def test_reasons_clear_with_their_evidence() -> None:
+    assert names(board(ecc_dbe_volatile=0, remapped_rows_pending=0, clock_event_reasons=0x1)) == [
+        "healthy"
+    ]
+    assert names(with_extra(DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION=0)) == ["healthy"]
+    assert names(with_extra(DCGM_FI_DEV_FABRIC_HEALTH_MASK=fabric_health.mask_with({}))) == [
+        "healthy"
+    ]
+    # A timed-out read says nothing of the board.
+    assert names(GpuSnapshot(IDENT, up=False, readings=None, stale=True)) == ["healthy"]
+
+
+def test_worst_first() -> None:
+    gpu = board(clock_event_reasons=0x40, remapped_rows_failure=1, ecc_dbe_volatile=1)
+    result = verdict(gpu, 0)
+    assert [r.name for r in result.reasons] == [
+        "row_remap_failure",
+        "ecc_dbe_volatile",
+        "thermal_brake",
+    ]
+    assert result.worst.action is Action.DRAIN and result.worst.severity is Severity.CRITICAL
+
+
+def test_xids_hold_for_their_window_board_and_instances() -> None:
+    record = XidRecord(79, 1, ((79, 1),), last_seen=((79, 100.0),))
+    app = XidRecord(13, 2, ((13, 1),), last_seen=((13, 100.0),))
+    gpu = replace(board(), xid=record, instance_xids=((3, app),))
+    held = verdict(gpu, 100.0 + XID_HOLD_SECONDS - 1)
+    assert [r.name for r in held.reasons] == ["xid_79", "xid_13"]
+    assert held.worst.action is Action.DRAIN
+    assert held.reasons[1].action is Action.WATCH
+    assert names(gpu, 100.0 + XID_HOLD_SECONDS) == ["healthy"]
+
+
+def test_the_table_names_every_reason_once() -> None:
+    assert BY_NAME["healthy"] is HEALTHY
+    assert len(BY_NAME) == len({r.name for r in BY_NAME.values()})
+
+
+# ---- through the control API, over real HTTP, read back by the device reader ----
+
+
+@pytest.fixture
+def sim() -> FakeNvml:
+    return FakeNvml(builtin_fleet("default"))
+
+
+@pytest.fixture
+async def control(sim: FakeNvml, tmp_path):
+    kubelet = FakeKubelet(sim, tmp_path / "kubelet.sock")
+    app = web.Application()
+    add_control_routes(app, sim, kubelet)
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    yield client
+    await client.close()
+
+
+def read(sim: FakeNvml, index: int = 0) -> list[str]:
+    sim.api.nvmlInit()
+    reader = DeviceReader(GuardedNvml(ErrorTally(), sim.api), threading.Lock())
+    handle = sim.api.nvmlDeviceGetHandleByIndex(index)
+    identity = reader.read_identity(index, handle)
+    gpu = GpuSnapshot(identity, up=True, readings=reader.read_board(identity, handle))
+    # The simulated workload may brake clocks on its own; the board's faults are what is tested.
+    return [n for n in names(gpu) if n not in ("thermal_brake", "hw_slowdown", "power_brake")]
+
+
+async def test_control_api_drives_reasons_and_a_reset_clears_what_it_clears(
+    sim: FakeNvml, control: TestClient
+) -> None:
+    assert read(sim) == ["healthy"]
+    assert (await control.post("/-/simulator/gpus/0/ecc", json={"double_bit": True})).status == 200
+    assert "ecc_dbe_volatile" in read(sim) and "row_remap_pending" in read(sim)
+    response = await control.post("/-/simulator/gpus/0/row-remap", json={"failure": True})
+    assert response.status == 200
+    assert read(sim)[0] == "row_remap_failure"
+    assert (await control.post("/-/simulator/gpus/0/reset")).status == 200
+    # A reset applies the pending remap and zeroes volatile ECC; a remap failure stays.
+    assert read(sim) == ["row_remap_failure"]
+    response = await control.post("/-/simulator/gpus/0/row-remap", json={"pending": False})
+    assert read(sim) == ["healthy"]
+
+
+async def test_control_api_lost_gpu(sim: FakeNvml, control: TestClient) -> None:
+    assert (await control.post("/-/simulator/gpus/1/lose")).status == 200
+    assert sim.gpus[1].lost
+    assert names(GpuSnapshot(IDENT, up=False, readings=None, error="GPU_IS_LOST")) == ["gpu_lost"]
