@@ -6,17 +6,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pynvml
 import pytest
 
-from exporter.app import renderer_for
-from exporter.attribution.context import NO_CONTEXT
-from exporter.attribution.join import join
-from exporter.cli import parse_config
 from exporter.exposition.renderer import NOT_SERVED
 from exporter.fields import dcgm_catalogue
 from exporter.fields.model import FieldValue, Getter
@@ -24,15 +19,14 @@ from exporter.fields.table import FIELDS, GPU_FIELDS
 from exporter.nvml.device_reader import DeviceReader
 from exporter.nvml.error_tally import ErrorTally
 from exporter.nvml.guarded_calls import GuardedNvml
-from exporter.poller import Poller
 from exporter.scrape_cadence import ScrapeCadence
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.fleet import default_fleet
 from exporter.simulator.nvml.field_models import BY_FIELD_ID, MODELS
 from exporter.simulator.nvml.nvlink_fields import FIELD_IDS as HEALTH_FIELD_IDS
-from exporter.simulator.stepped_time import SteppedHelpers
 from exporter.snapshot import GpuReadings
 from tests.conftest import quiet
+from tests.support.rendered_node import RenderedNode
 
 FAN = "DCGM_FI_DEV_FAN_SPEED"
 
@@ -127,38 +121,18 @@ def polled(tmp_path: Path) -> Iterator[Callable[..., str]]:
     """The body the exporter serves for a --collectors file, built as the command line and the
     app build it, after three sweeps 61 s apart (GPM and the NVLink rate need two reads; a
     listed family is judged unserved two minutes after the first render)."""
-    made: list[tuple[FakeNvml, Poller]] = []
+    made: list[RenderedNode] = []
 
     def poll(fan: int | None, csv: str = CSV, sweeps: int = 3) -> str:
-        path = tmp_path / "fields.csv"
-        path.write_text(csv)
-        config = parse_config(
-            ["--collectors", str(path), "--no-podresources", "--node-name", "node-a"], {}
-        )
-        clock = [0.0]
-        sim = FakeNvml(quiet(default_fleet()), clock=lambda: clock[0])
+        node = RenderedNode(tmp_path, csv)
+        made.append(node)
         if fan is not None:
-            sim.api.nvmlDeviceGetFanSpeed = lambda handle: fan
-        stepped = SteppedHelpers()
-        # The slow fields every sweep: the poller's cadence runs on the real clock.
-        collection = replace(
-            config.collection, pcie_enabled=False, slow_fields_interval_seconds=0.0
-        )
-        poller = Poller(collection, lambda s: None, sim.source(), runner=stepped)
-        made.append((sim, poller))
-        renderer = renderer_for(config, clock=lambda: clock[0])
-        body = ""
-        for step in range(sweeps):
-            clock[0] = step * 61.0
-            snapshot = poller.sweep()
-            stepped.run_once()
-            body = renderer.render_body(join(snapshot, NO_CONTEXT, config.labels))
-        return body
+            node.sim.api.nvmlDeviceGetFanSpeed = lambda handle: fan
+        return [node.step() for _ in range(sweeps)][-1]
 
     yield poll
-    for sim, poller in made:
-        poller.stop(timeout=2.0)
-        sim.close()
+    for node in made:
+        node.close()
 
 
 def _families(body: str) -> set[str]:

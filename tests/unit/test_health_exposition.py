@@ -14,24 +14,19 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter.app import renderer_for
-from exporter.attribution.context import NO_CONTEXT
-from exporter.attribution.join import join
 from exporter.cli import parse_config
 from exporter.health.verdict import verdict
 from exporter.nvml.device_reader import DeviceReader
 from exporter.nvml.error_tally import ErrorTally
 from exporter.nvml.guarded_calls import GuardedNvml
-from exporter.poller import Poller
 from exporter.readiness import NO_GPUS, node_readiness
-from exporter.simulator.control import add_control_routes
-from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import FleetSpec, default_fleet
+from exporter.simulator.fleet import default_fleet
 from exporter.simulator.gpu_models import T4
-from exporter.simulator.stepped_time import SteppedHelpers
 from exporter.snapshot import GpuSnapshot, NodeSnapshot
-from tests.conftest import fast_source, quiet, wait_for
+from tests.conftest import quiet, wait_for
+from tests.support.control_client import control_client
+from tests.support.rendered_node import RenderedNode
 
 REASON = "kube_gpu_exporter_gpu_health_reason"
 CSV = """DCGM_FI_DEV_GPU_TEMP, gauge, Temperature.
@@ -41,42 +36,12 @@ DCGM_FI_DEV_PCIE_LINK_WIDTH, gauge, Width.
 """
 
 
-class Node:
-    """A simulated node polled and rendered as the app does, one sweep per `body()`."""
-
-    def __init__(self, tmp_path: Path, csv: str | None, fleet: FleetSpec | None = None) -> None:
-        argv = ["--no-podresources", "--node-name", "node-a"]
-        if csv is not None:
-            (tmp_path / "fields.csv").write_text(csv)
-            argv += ["--collectors", str(tmp_path / "fields.csv")]
-        self.config = parse_config(argv, {})
-        self.clock = [0.0]
-        self.sim = FakeNvml(quiet(fleet or default_fleet()), clock=lambda: self.clock[0])
-        self.stepped = SteppedHelpers()
-        collection = replace(
-            self.config.collection, pcie_enabled=False, slow_fields_interval_seconds=0.0
-        )
-        self.poller = Poller(collection, lambda s: None, fast_source(self.sim), runner=self.stepped)
-        self.renderer = renderer_for(self.config, clock=lambda: self.clock[0])
-
-    def body(self) -> str:
-        self.clock[0] += 61.0
-        snapshot = self.poller.sweep()
-        self.stepped.run_once()
-        snapshot = self.poller.sweep()
-        return self.renderer.render_body(join(snapshot, NO_CONTEXT, self.config.labels))
-
-    def close(self) -> None:
-        self.poller.stop(timeout=2.0)
-        self.sim.close()
-
-
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[Callable[[str | None], Node]]:
-    made: list[Node] = []
+def node(tmp_path: Path) -> Iterator[Callable[[str | None], RenderedNode]]:
+    made: list[RenderedNode] = []
 
-    def make(csv: str | None = None) -> Node:
-        made.append(Node(tmp_path, csv))
+    def make(csv: str | None = None) -> RenderedNode:
+        made.append(RenderedNode(tmp_path, csv))
         return made[-1]
 
     yield make
@@ -94,7 +59,9 @@ def _label(line: str, name: str) -> str:
     return found.group(1)
 
 
-def test_every_gpu_and_instance_states_healthy_explicitly(node: Callable[..., Node]) -> None:
+def test_every_gpu_and_instance_states_healthy_explicitly(
+    node: Callable[..., RenderedNode],
+) -> None:
     n = node()
     body = n.body()
     reasons = _series(body, REASON)
@@ -108,7 +75,7 @@ def test_every_gpu_and_instance_states_healthy_explicitly(node: Callable[..., No
     assert "DCGM_FI_DEV_PCIE_LINK" not in body
 
 
-def test_mig_instances_inherit_their_board_reason(node: Callable[..., Node]) -> None:
+def test_mig_instances_inherit_their_board_reason(node: Callable[..., RenderedNode]) -> None:
     n = node()
     mig = next(g for g in n.sim.gpus if g.live_instances())
     # An XID raised for the board counts for each of its instances.
@@ -131,7 +98,7 @@ def test_mig_instances_inherit_their_board_reason(node: Callable[..., Node]) -> 
     }
 
 
-def test_listed_health_status_p2p_and_pcie_families(node: Callable[..., Node]) -> None:
+def test_listed_health_status_p2p_and_pcie_families(node: Callable[..., RenderedNode]) -> None:
     n = node(CSV)
     n.sim.set_pcie_downtrain(2, None, 8)
     body = n.body()
@@ -154,7 +121,7 @@ def test_listed_health_status_p2p_and_pcie_families(node: Callable[..., Node]) -
     assert all('link_status="OK"' in x and x.endswith(" 0") for x in p2p)
 
 
-def test_p2p_on_pcie_boards_and_lost_gpus(node: Callable[..., Node]) -> None:
+def test_p2p_on_pcie_boards_and_lost_gpus(node: Callable[..., RenderedNode]) -> None:
     n = node(CSV)
     n.sim.gpus[1].model = T4  # a PCIe-only board: no NVLink
     n.sim.lose_gpu(3)
@@ -170,12 +137,8 @@ def test_p2p_on_pcie_boards_and_lost_gpus(node: Callable[..., Node]) -> None:
 async def control() -> AsyncIterator[tuple[FakeNvml, TestClient]]:
     sim = FakeNvml(quiet(default_fleet()))
     sim.api.nvmlInit()
-    app = web.Application()
-    add_control_routes(app, sim, FakeKubelet(sim, Path("/nonexistent/kubelet.sock")))
-    client = TestClient(TestServer(app))
-    await client.start_server()
-    yield sim, client
-    await client.close()
+    async with control_client(sim, Path("/nonexistent/kubelet.sock")) as client:
+        yield sim, client
     sim.close()
 
 
@@ -232,7 +195,7 @@ async def test_thermal_brake_warns_while_on(control: tuple[FakeNvml, TestClient]
     assert _verdict_of(sim, 0, clock_events=True) == [("healthy", "none", "none")]
 
 
-def test_readyz_requires_gpus_only_when_asked(node: Callable[..., Node]) -> None:
+def test_readyz_requires_gpus_only_when_asked(node: Callable[..., RenderedNode]) -> None:
     n = node()
     with_gpus = n.poller.sweep()
     without: NodeSnapshot = replace(with_gpus, gpus=())

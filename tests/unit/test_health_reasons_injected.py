@@ -4,20 +4,18 @@ reason table'), and then clears, or stays, as the table says it does."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
 
 from exporter.health.reasons import BY_NAME, Clears, xid_reason
-from exporter.simulator.control import add_control_routes
-from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fleet import FleetSpec, builtin_fleet, parse_fleet
 from tests.conftest import wait_for
-from tests.unit.test_health_exposition import REASON, Node, _label, _series
+from tests.support.control_client import control_client
+from tests.support.rendered_node import RenderedNode
+from tests.unit.test_health_exposition import REASON, _label, _series
 
 T4_FLEET = 'driver_version: "570.133.20"\ngpus:\n  - {model: T4, count: 2}\n'
 
@@ -124,25 +122,14 @@ def _fleet(name: str) -> FleetSpec | None:
 
 
 @pytest.fixture
-def made(tmp_path: Path) -> Iterator[list[Node]]:
-    nodes: list[Node] = []
+def made(tmp_path: Path) -> Iterator[list[RenderedNode]]:
+    nodes: list[RenderedNode] = []
     yield nodes
     for node in nodes:
         node.close()
 
 
-async def _client(node: Node, tmp_path: Path) -> AsyncIterator[TestClient]:
-    app = web.Application()
-    add_control_routes(app, node.sim, FakeKubelet(node.sim, tmp_path / "kubelet.sock"))
-    client = TestClient(TestServer(app))
-    await client.start_server()
-    try:
-        yield client
-    finally:
-        await client.close()
-
-
-def _reasons(node: Node, uuid: str) -> dict[str, tuple[str, str]]:
+def _reasons(node: RenderedNode, uuid: str) -> dict[str, tuple[str, str]]:
     """reason -> (severity, action) on the GPU's series."""
     return {
         _label(line, "reason"): (_label(line, "severity"), _label(line, "action"))
@@ -153,9 +140,9 @@ def _reasons(node: Node, uuid: str) -> dict[str, tuple[str, str]]:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 async def test_an_injected_reason_sets_the_documented_verdict_and_clears_as_documented(
-    case: Case, made: list[Node], tmp_path: Path
+    case: Case, made: list[RenderedNode], tmp_path: Path
 ) -> None:
-    node = Node(tmp_path, None, _fleet(case.fleet))
+    node = RenderedNode(tmp_path, None, _fleet(case.fleet))
     made.append(node)
     gpu = next(g for g in node.sim.gpus if not g.live_instances())
     node.body()  # the first sweep starts the XID watcher
@@ -164,7 +151,7 @@ async def test_an_injected_reason_sets_the_documented_verdict_and_clears_as_docu
     assert _reasons(node, gpu.uuid) == {"healthy": ("none", "none")}
     row = xid_reason(48) if case.reason == "xid_48" else BY_NAME[case.reason]
     documented = (row.severity.value, row.action.value)
-    async for client in _client(node, tmp_path):
+    async with control_client(node.sim, tmp_path / "kubelet.sock") as client:
         response = await client.post(f"/-/simulator/gpus/{gpu.index}/{case.action}", json=case.body)
         assert response.status == 200, await response.text()
         # XIDs reach the snapshot once the watcher's thread has taken the event.

@@ -8,8 +8,7 @@ import threading
 from dataclasses import replace
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
 from exporter import fabric_health
 from exporter.health.reasons import BY_NAME, HEALTHY, XID_HOLD_SECONDS, Action, Severity
@@ -17,11 +16,10 @@ from exporter.health.verdict import verdict
 from exporter.nvml.device_reader import DeviceReader
 from exporter.nvml.error_tally import ErrorTally
 from exporter.nvml.guarded_calls import GuardedNvml
-from exporter.simulator.control import add_control_routes
-from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.fleet import builtin_fleet
 from exporter.snapshot import GpuIdentity, GpuReadings, GpuSnapshot, XidRecord
+from tests.support.control_client import control_client
 
 IDENT = GpuIdentity(0, "GPU-0", "NVIDIA H100 80GB HBM3", "00000000:18:00.0")
 
@@ -144,13 +142,8 @@ def sim() -> FakeNvml:
 
 @pytest.fixture
 async def control(sim: FakeNvml, tmp_path):
-    kubelet = FakeKubelet(sim, tmp_path / "kubelet.sock")
-    app = web.Application()
-    add_control_routes(app, sim, kubelet)
-    client = TestClient(TestServer(app))
-    await client.start_server()
-    yield client
-    await client.close()
+    async with control_client(sim, tmp_path / "kubelet.sock") as client:
+        yield client
 
 
 def read(sim: FakeNvml, index: int = 0) -> list[str]:

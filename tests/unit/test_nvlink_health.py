@@ -7,8 +7,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
 from exporter import fabric_health
 from exporter.fields.collectors_file import parse_collectors, read_collectors_file
@@ -16,11 +15,10 @@ from exporter.fields.nvlink_health_rows import FABRIC_FIELDS, NVLINK_HEALTH_FIEL
 from exporter.nvml.device_reader import DeviceReader
 from exporter.nvml.error_tally import ErrorTally
 from exporter.nvml.guarded_calls import GuardedNvml
-from exporter.simulator.control import add_control_routes
-from exporter.simulator.fake_kubelet import FakeKubelet
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.fleet import builtin_collectors, builtin_fleet, parse_fleet
 from exporter.simulator.nvlink_health import HEALTHY_MASK
+from tests.support.control_client import control_client
 
 NAMES = [row.name for row in NVLINK_HEALTH_FIELDS]
 
@@ -42,13 +40,8 @@ def tray() -> FakeNvml:
 
 @pytest.fixture
 async def control(tray: FakeNvml, tmp_path):
-    kubelet = FakeKubelet(tray, tmp_path / "kubelet.sock")
-    app = web.Application()
-    add_control_routes(app, tray, kubelet)
-    client = TestClient(TestServer(app))
-    await client.start_server()
-    yield client
-    await client.close()
+    async with control_client(tray, tmp_path / "kubelet.sock") as client:
+        yield client
 
 
 def test_the_gb200_tray_serves_fabric_c2c_and_error_families(tray: FakeNvml) -> None:

@@ -6,28 +6,22 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pynvml
 import pytest
 
-from exporter.app import renderer_for
-from exporter.attribution.context import NO_CONTEXT
-from exporter.attribution.join import join
-from exporter.cli import parse_config
 from exporter.fields.collectors_file import parse_collectors
 from exporter.fields.model import Cadence, FieldValue
 from exporter.fields.table import BY_ANY_NAME, BY_NAME
 from exporter.nvml.device_reader import DeviceReader
 from exporter.nvml.error_tally import ErrorTally
 from exporter.nvml.guarded_calls import GuardedNvml
-from exporter.poller import Poller
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.fleet import default_fleet, parse_fleet
-from exporter.simulator.stepped_time import SteppedHelpers
 from tests.conftest import quiet
+from tests.support.rendered_node import RenderedNode
 
 SBE, DBE, PENDING = (f"DCGM_FI_DEV_RETIRED_{word}" for word in ("SBE", "DBE", "PENDING"))
 RETIRED = (SBE, DBE, PENDING)
@@ -121,40 +115,21 @@ def test_an_h100_answers_not_supported_and_counts_no_error() -> None:
 @pytest.fixture
 def scrape(tmp_path: Path) -> Iterator[Callable[..., str]]:
     """The body the exporter serves for a fleet (and a --collectors file), after two sweeps."""
-    made: list[tuple[FakeNvml, Poller]] = []
+    made: list[RenderedNode] = []
 
     def run(
         fleet: Any, csv: str | None = None, act: Callable[[FakeNvml], Any] | None = None
     ) -> str:
-        args = ["--no-podresources", "--node-name", "node-a"]
-        if csv is not None:
-            path = tmp_path / "fields.csv"
-            path.write_text(csv)
-            args += ["--collectors", str(path)]
-        config = parse_config(args, {})
-        clock = [0.0]
-        sim = FakeNvml(quiet(fleet), clock=lambda: clock[0])
-        stepped = SteppedHelpers()
-        collection = replace(
-            config.collection, pcie_enabled=False, slow_fields_interval_seconds=0.0
-        )
-        poller = Poller(collection, lambda s: None, sim.source(), runner=stepped)
-        made.append((sim, poller))
-        renderer = renderer_for(config, clock=lambda: clock[0])
-        body = ""
-        for step in range(2):
-            if step == 1 and act is not None:
-                act(sim)
-            clock[0] = step * 61.0
-            snapshot = poller.sweep()
-            stepped.run_once()
-            body = renderer.render_body(join(snapshot, NO_CONTEXT, config.labels))
-        return body
+        node = RenderedNode(tmp_path, csv, fleet)
+        made.append(node)
+        node.step()
+        if act is not None:
+            act(node.sim)
+        return node.step()
 
     yield run
-    for sim, poller in made:
-        poller.stop(timeout=2.0)
-        sim.close()
+    for node in made:
+        node.close()
 
 
 def _samples(body: str, name: str) -> list[str]:
