@@ -71,8 +71,8 @@ EXTRA_FLAGS = {
     "ours-core": CORE_FLAGS,
     BEFORE: (
         *CORE_FLAGS,
-        "--collector.slow-fields-interval=0s",
-        "--collector.energy-read-interval=0s",
+        "--collector.field-interval=slow-fields=0s",
+        "--collector.field-interval=energy-counter=0s",
     ),
 }
 MB = 1_000_000

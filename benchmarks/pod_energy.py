@@ -28,7 +28,15 @@ from exporter.podresources.allocations import Allocation, PodResourcesSnapshot
 from exporter.podresources.attribution import Attribution, attribute
 from exporter.podresources.device_ids import parse_device_id
 from exporter.processes.pod_usage import DeviceKey, DeviceUsage, pod_usage
-from exporter.snapshot import GpuIdentity, GpuProcess, GpuReadings, GpuSnapshot, NodeSnapshot
+from exporter.snapshot import (
+    POWER_USAGE,
+    TOTAL_ENERGY_CONSUMPTION,
+    GpuIdentity,
+    GpuProcess,
+    GpuReadings,
+    GpuSnapshot,
+    NodeSnapshot,
+)
 
 LABELS = LabelConfig(node_name="bench-node")
 # Distinct SM-share patterns the sweeps cycle through.
@@ -68,7 +76,7 @@ def _snapshot(node: Node, variant: int) -> NodeSnapshot:
             GpuSnapshot(
                 GpuIdentity(index, _uuid(index), "NVIDIA H100 80GB HBM3", f"0000:{index:02X}:00.0"),
                 up=True,
-                readings=GpuReadings(energy_mj=0, power_mw=700_000),
+                readings=GpuReadings.of({TOTAL_ENERGY_CONSUMPTION: 0, POWER_USAGE: 700_000}),
                 processes=processes,
             )
         )
@@ -103,7 +111,7 @@ def inputs(gpus: int, processes: int) -> list[Inputs]:
 def _at(snapshot: NodeSnapshot, sweep: int) -> NodeSnapshot:
     """`snapshot` as sweep number `sweep`: its time, and each GPU's energy counter by then."""
     gpus = tuple(
-        replace(g, readings=replace(g.readings, energy_mj=sweep * SWEEP_MJ))
+        replace(g, readings=g.readings.with_values({TOTAL_ENERGY_CONSUMPTION: sweep * SWEEP_MJ}))
         for g in snapshot.gpus
         if g.readings is not None
     )

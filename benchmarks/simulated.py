@@ -58,7 +58,7 @@ def run_exporter(nvml: NvmlSource, argv: Sequence[str]) -> int:
     import socket
 
     from exporter.app import ignore_stray_signals, run
-    from exporter.cli import parse_config
+    from exporter.flags.settings import parse_config
     from exporter.logs import configure_logging
     from exporter.node_backend import NodeBackend
 

@@ -72,7 +72,7 @@ def serve_accelerated(argv: Sequence[str]) -> int:
     from aiohttp import web
 
     from exporter.app import serve_node
-    from exporter.cli import parse_config
+    from exporter.flags.settings import parse_config
     from exporter.logs import configure_logging
     from exporter.server import STORE_KEY
     from exporter.simulator.control import add_control_routes
@@ -328,7 +328,7 @@ def soak(
         "--log.level=warn",
         # The shortest the flags allow, so MIG re-reads and PCIe sampling run often too.
         "--collector.mig-refresh-interval=1s",
-        "--collector.pcie-interval=1s",
+        "--collector.field-interval=pcie-sampler=1s",
     ]
     # stderr to a file, not a pipe: a lost GPU logs every sweep and would fill a pipe nobody reads.
     # The image's malloc setting (Dockerfile), so the soak measures what a node runs.

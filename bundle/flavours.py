@@ -18,9 +18,6 @@ from types import MappingProxyType
 from bundle.config import DEFAULT, BundleConfig
 from exporter.dcgm_compat import profile
 
-ALERT_FILES = ("prometheus_alerts.yaml", "prometheus_rules.yaml", "prometheusrule.yaml")
-DASHBOARD_KINDS = ("provisioned", "grafana-com")
-
 
 def folder(version: str) -> str:
     """The folder a non-default flavour's files sit in, inside alerts/ and dashboards/."""

@@ -42,8 +42,10 @@ from bundle.flavours import fitting_flavour
 from bundle.scrape_configs import _operator_relabelings
 from bundle.yaml_output import HEADER, dump
 from exporter import __version__
-from exporter.cli import DRIVER_LABELS, ENV_PREFIX, build_parser, env_name
 from exporter.dcgm_compat import DEFAULT_VERSION, DcgmVersion
+from exporter.flags.model import ENV_PREFIX, env_name
+from exporter.flags.parser import build_parser
+from exporter.flags.table import DRIVER_LABELS
 
 CHART = "kube-gpu-exporter"
 CHART_DIR = f"deploy/helm/{CHART}"
@@ -115,6 +117,8 @@ IMAGE_REPOSITORY = (
 )
 # Docker's tag grammar.
 IMAGE_TAG = "[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+# A sha256 content digest, as registries and the kubelet name images by.
+IMAGE_DIGEST = "sha256:[a-f0-9]{64}"
 # Kubernetes' quantity grammar (resource.Quantity): 20m, 1.5Gi, 1e3; a number, then a binary
 # suffix, a decimal one or an exponent.
 _NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
@@ -125,6 +129,15 @@ SECRET_DATA_KEY = "[-._a-zA-Z0-9]+"
 # RelaxedEnvironmentVariableValidation gate): printable ASCII but `=`; a space is printable but
 # no shell could name it.
 ENV_NAME = "[!-<>-~]+"
+# A Service's clusterIP: `None` (headless), or an IPv4 or IPv6 address from the cluster's range.
+_OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_IPV4 = rf"(?:{_OCTET}\.){{3}}{_OCTET}"
+_IPV6 = "[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){2,7}"
+CLUSTER_IP = f"None|{_IPV4}|{_IPV6}"
+# An API group and version, as a custom resource's apiVersion: monitoring.coreos.com/v1.
+API_VERSION = rf"{DNS_SUBDOMAIN}/v[1-9][0-9]*(?:(?:alpha|beta)[1-9][0-9]*)?"
+# Text of several lines: what NO_CONTROL takes, and tabs and line ends (a CSV file).
+LINES = r"[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f" + "\u2028\u2029]"
 
 
 def _matching(pattern: str, *, empty: bool = False, max_length: int = 0) -> dict[str, Any]:
@@ -172,6 +185,35 @@ BASIC_AUTH = {
     "additionalProperties": False,
     "properties": {"username": SECRET_KEY, "password": SECRET_KEY},
 }
+# A Kubernetes LabelSelector, as a NetworkPolicy peer's selectors take it.
+LABEL_SELECTOR = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "matchLabels": LABELS,
+        "matchExpressions": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["key", "operator"],
+                "additionalProperties": False,
+                "properties": {
+                    "key": _matching(LABEL_KEY, max_length=KEY_LENGTH),
+                    "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+                    "values": {
+                        "type": "array",
+                        "items": _matching(QUALIFIED_NAME, empty=True),
+                    },
+                },
+            },
+        },
+    },
+}
+# Kubernetes objects the chart writes by toYaml where they go (volumes, mounts, containers): each
+# needs its name, which the API server would ask for one pod at a time.
+NAMED_OBJECTS = {"type": "array", "items": {"type": "object", "required": ["name"]}}
+MOUNTS = {"type": "array", "items": {"type": "object", "required": ["name", "mountPath"]}}
+
 # What the exporter reads from --web.config.file (docs/configuration.md); it refuses other keys at
 # start, and a plain-text password too: the schema says so at install time instead.
 WEB_CONFIG = {
@@ -198,6 +240,8 @@ WEB_CONFIG = {
 # A subcommand (`hash-password`) is no option at all, and begins with no `--`.
 NOT_IN_EXTRA_ARGS: dict[str, str] = {
     "--help": "prints the usage and exits, so every pod restarts for ever",
+    "--config.file": "names a file the chart does not mount: chart values and extraArgs set the "
+    "same flags",
     "--version": "prints the version and exits, so every pod restarts for ever",
     "--simulate": "serves a simulated node's made-up GPUs instead of the node's own",
     "--web.listen-address": "`port` sets it, and the container port, the Service and the probes",
@@ -220,9 +264,10 @@ NOT_IN_EXTRA_ARGS: dict[str, str] = {
     "--processes.proc-root": "with hostPID the pod's /proc is the host's, where the default looks",
     "--processes.log-root": "`processAccounting.enabled` mounts the host's /var/log where the "
     "default looks",
-    "--podresources.socket": "the chart mounts the kubelet's pod-resources directory where the "
-    "default looks",
-    "--collectors": "names a file the chart does not mount (a ConfigMap of collectors comes later)",
+    "--podresources.socket": "the chart mounts the kubelet's pod-resources directory (under "
+    "`kubeletPath` on the host) where the default looks",
+    "--collectors": "`collectors.csv` or `collectors.existingConfigMap` sets it and mounts the "
+    "file",
 }
 
 
@@ -300,7 +345,7 @@ def extra_args_schema(found: ExtraArgs) -> dict[str, Any]:
         forms.append({"pattern": f"^(?:{chosen})$"})
     excluded = ", ".join(NOT_IN_EXTRA_ARGS)
     return {
-        "$comment": "Generated from exporter/cli.py's build_parser() by bundle/helm_chart.py "
+        "$comment": "Generated from exporter/flags/table.py's rows by bundle/helm_chart.py "
         f"(extra_args); left out, as chart values or mounts decide them: {excluded}.",
         "type": "array",
         "items": {"type": "string", "anyOf": forms},
@@ -336,6 +381,13 @@ def _monitor(kind: str, what: str, config: BundleConfig) -> tuple[Value, ...]:
     return (
         Value("enabled", f"Create the {kind} (needs prometheus-operator's CRDs).", False),
         Value(
+            "apiVersion",
+            f"The {kind}'s apiVersion, for an operator that serves the CRD under another group "
+            "or version.",
+            "monitoring.coreos.com/v1",
+            schema=_matching(API_VERSION, max_length=KEY_LENGTH),
+        ),
+        Value(
             "additionalLabels",
             "Labels on it that Prometheus selects it by: kube-prometheus-stack selects "
             "`release: <its release name>`.",
@@ -344,6 +396,13 @@ def _monitor(kind: str, what: str, config: BundleConfig) -> tuple[Value, ...]:
         ),
         Value("interval", "How often Prometheus scrapes each pod.", s.interval, schema=DURATION),
         Value("scrapeTimeout", "Scrape timeout.", s.timeout, schema=DURATION),
+        Value(
+            "honorLabels",
+            "Keep the exporter's `pod`, `namespace` and `container` labels (the GPU's workload) "
+            "over the target's; false: Prometheus renames them `exported_*`, which the "
+            "dashboards and alerts do not select.",
+            True,
+        ),
         Value(
             "relabelings",
             f"Relabelings after the bundle's, which drop the target labels the operator adds to "
@@ -356,7 +415,8 @@ def _monitor(kind: str, what: str, config: BundleConfig) -> tuple[Value, ...]:
         Value(
             "tlsConfig",
             "How Prometheus checks the exporter's certificate with `webConfig.tls` "
-            "(prometheus-operator's `tlsConfig`, e.g. `insecureSkipVerify: true`).",
+            "(prometheus-operator's `tlsConfig`, e.g. `insecureSkipVerify: true`); empty with "
+            "`webConfig.selfSignedCert`: the generated certificate, from its Secret.",
             {},
             schema={"type": "object"},
         ),
@@ -381,10 +441,27 @@ names under /var/log/containers and /var/log/pods and reads no file, but the mou
 container's logs and the node's own logs to the pod. The exporter does neither; a compromised
 one could."""
 
-COLLECTORS_NOTE = """\
-Not in this chart yet: a ConfigMap of collectors (dcgm-exporter's counters CSV) to choose the
-families served. It comes with a later release; until then, pick collectors with extraArgs
-(`--no-collector.pcie`, ...)."""
+AUTOMOUNT_NOTE = """\
+false suits admission policies that refuse pods with an automounted token, and containers added
+by initContainers: with kubernetesEnrichment the chart then mounts a projected token (an hour's,
+renewed by the kubelet, as automounting does) in the exporter's container alone."""
+
+
+# The kubelet's pod-resources directory, under its root directory (`kubeletPath`).
+POD_RESOURCES_DIR = "/pod-resources"
+# Where the pod finds the collectors CSV (`--collectors`).
+COLLECTORS_DIR = "/etc/kube-gpu-exporter/collectors"
+COLLECTORS_FILE = "collectors.csv"
+
+
+def _pod_resources_volume(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """deploy/base's hostPath volume of the kubelet's pod-resources directory."""
+    [found] = [
+        volume
+        for volume in pod["volumes"]
+        if volume.get("hostPath", {}).get("path", "").endswith(POD_RESOURCES_DIR)
+    ]
+    return dict(found)
 
 
 def values_spec(config: BundleConfig) -> tuple[Value, ...]:
@@ -395,6 +472,7 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
     [container] = pod["containers"]
     versions = [v.value for v in DcgmVersion]
     flags = extra_args()
+    pod_resources = _pod_resources_volume(pod)["hostPath"]["path"]
     return (
         Value(
             "image",
@@ -412,6 +490,13 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
                     "Tag; empty: the chart's appVersion, the exporter's version.",
                     "" if d.tag == __version__ else d.tag,
                     schema=_matching(IMAGE_TAG, empty=True),
+                ),
+                Value(
+                    "digest",
+                    "A digest, `sha256:<64 hex>`; set, the image is `repository@digest` and the "
+                    "tag is not used.",
+                    "",
+                    schema=_matching(IMAGE_DIGEST, empty=True),
                 ),
                 Value(
                     "pullPolicy",
@@ -451,6 +536,13 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
             schema=_matching(DNS_1035_LABEL, empty=True),
         ),
         Value(
+            "namespaceOverride",
+            "The namespace of every namespaced object the chart makes, for a parent chart that "
+            "installs it elsewhere; empty: the release's.",
+            "",
+            schema=_matching(DNS_LABEL, empty=True),
+        ),
+        Value(
             "serviceAccount",
             "The pods' ServiceAccount. Its token is mounted only with kubernetesEnrichment.",
             children=(
@@ -465,11 +557,32 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
             ),
         ),
         Value(
+            "automountServiceAccountToken",
+            "true: with kubernetesEnrichment the kubelet mounts the API token in every "
+            "container (without enrichment none is mounted: the exporter reads no API); false: "
+            "never, and enrichment's token is projected into the exporter's container alone.",
+            True,
+            note=AUTOMOUNT_NOTE,
+        ),
+        Value(
             "port",
             "Port the exporter listens on (`--web.listen-address`), the container's and the "
             "Service's; it leaves dcgm-exporter's 9400 free.",
             s.port,
             schema={"type": "integer", "minimum": 1, "maximum": 65535},
+        ),
+        Value(
+            "kubeletPath",
+            "The kubelet's root directory on the host (its `--root-dir`), whose pod-resources "
+            "directory the pod mounts: `/var/snap/microk8s/common/var/lib/kubelet` on "
+            "microk8s. Not the pod-resources directory itself, as dcgm-exporter's value is.",
+            pod_resources.removesuffix(POD_RESOURCES_DIR),
+            schema={
+                **_matching(f"/{NO_CONTROL}*", max_length=4096),
+                # dcgm-exporter's chart takes the pod-resources directory here: refused, where
+                # the pod would wait for a directory that is not there.
+                "not": {"pattern": f"{POD_RESOURCES_DIR}/?$"},
+            },
         ),
         Value(
             "resources",
@@ -514,6 +627,13 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
             schema=SECRET_NAME,
         ),
         Value(
+            "hostNetwork",
+            "Run in the node's network namespace, with `dnsPolicy: ClusterFirstWithHostNet`, "
+            "for scrapers that reach node addresses only; the port is then taken on the node, "
+            "and a NetworkPolicy no longer applies.",
+            False,
+        ),
+        Value(
             "updateStrategy",
             "How a rollout replaces pods: a share of the nodes at a time.",
             ds["spec"]["updateStrategy"],
@@ -525,6 +645,7 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
                 },
             },
         ),
+        Value("daemonSetAnnotations", "Annotations on the DaemonSet.", {}, schema=ANNOTATIONS),
         Value("podAnnotations", "Annotations on the pods.", {}, schema=ANNOTATIONS),
         Value("podLabels", "More labels on the pods.", {}, schema=LABELS),
         Value(
@@ -569,6 +690,53 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
             "More environment variables; `KUBE_GPU_EXPORTER_<FLAG>` sets a flag extraArgs takes.",
             [],
             schema=extra_env_schema(flags),
+        ),
+        Value(
+            "initContainers",
+            "Containers to run before the exporter (Kubernetes `Container`s); they get no API "
+            "token with `automountServiceAccountToken: false`.",
+            [],
+            schema=NAMED_OBJECTS,
+        ),
+        Value(
+            "extraVolumes",
+            "More volumes in the pod (Kubernetes `Volume`s), for extraVolumeMounts and "
+            "initContainers.",
+            [],
+            schema=NAMED_OBJECTS,
+        ),
+        Value(
+            "extraVolumeMounts",
+            "More mounts in the exporter's container (`VolumeMount`s: `name`, `mountPath`).",
+            [],
+            schema=MOUNTS,
+        ),
+        Value(
+            "collectors",
+            "The fields to export, as a dcgm-exporter counters CSV (docs/fields.md, 'Choosing "
+            f"fields with a dcgm-exporter CSV'): mounted at {COLLECTORS_DIR} and passed as "
+            "`--collectors`. Neither set: the exporter's default fields.",
+            children=(
+                Value(
+                    "csv",
+                    "The CSV itself, which the chart puts in a ConfigMap; a change rolls the pods.",
+                    "",
+                    schema=_matching(f"{LINES}*"),
+                ),
+                Value(
+                    "existingConfigMap",
+                    "Or a ConfigMap of yours that holds it (the GPU Operator's, say); editing it "
+                    "takes a restart of the pods.",
+                    "",
+                    schema=SECRET_NAME,
+                ),
+                Value(
+                    "key",
+                    "The CSV's key in the ConfigMap (the GPU Operator's: `dcgm-metrics.csv`).",
+                    COLLECTORS_FILE,
+                    schema=_matching(SECRET_DATA_KEY, max_length=253),
+                ),
+            ),
         ),
         Value(
             "compat",
@@ -646,6 +814,27 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
                     schema=SECRET_NAME,
                 ),
                 Value(
+                    "selfSignedCert",
+                    "Instead of tlsSecret: a self-signed certificate the chart generates at "
+                    "install, for `<fullname>.<namespace>.svc`, in the Secret `<fullname>-tls`; "
+                    "the file made from `config` serves it, and the monitors check it.",
+                    children=(
+                        Value(
+                            "enabled",
+                            "Generate it. Upgrades keep it (a lookup of the Secret); `helm "
+                            "template` and `--dry-run` cannot look it up and make a new one.",
+                            False,
+                        ),
+                        Value(
+                            "validityDays",
+                            "Days it is valid; an upgrade after that keeps the expired one: "
+                            "delete the Secret first.",
+                            365,
+                            schema={"type": "integer", "minimum": 1, "maximum": 36500},
+                        ),
+                    ),
+                ),
+                Value(
                     "tls",
                     "The file serves HTTPS: probes and monitors use HTTPS.",
                     True,
@@ -677,6 +866,26 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
             "address.",
             children=(
                 Value("enabled", "Create it (the ServiceMonitor needs it).", True),
+                Value(
+                    "type",
+                    "`NodePort` or `LoadBalancer` for a scraper outside the cluster; the "
+                    "ServiceMonitor still scrapes each pod.",
+                    "ClusterIP",
+                    schema={"enum": ["ClusterIP", "NodePort", "LoadBalancer"]},
+                ),
+                Value(
+                    "clusterIP",
+                    "`None` (headless) or an address of the cluster's range; empty: headless "
+                    "for a ClusterIP Service, one allocated otherwise.",
+                    "",
+                    schema=_matching(CLUSTER_IP, empty=True),
+                ),
+                Value(
+                    "internalTrafficPolicy",
+                    "`Local`: in-cluster clients reach the pod of their own node only.",
+                    "Cluster",
+                    schema={"enum": ["Cluster", "Local"]},
+                ),
                 Value("annotations", "Annotations on it.", {}, schema=ANNOTATIONS),
             ),
         ),
@@ -689,6 +898,29 @@ def values_spec(config: BundleConfig) -> tuple[Value, ...]:
             "podMonitor",
             "A PodMonitor instead of the ServiceMonitor: turn on one of the two.",
             children=_monitor("PodMonitor", "pod targets", config),
+        ),
+        Value(
+            "networkPolicy",
+            "A NetworkPolicy that admits connections to the exporter's port only from the "
+            "scrapers: pods matching scraperPodSelector in namespaces matching "
+            "scraperNamespaceSelector (the defaults: kube-prometheus-stack's Prometheus in "
+            "`monitoring`). The pods' own node (probes) is always admitted.",
+            children=(
+                Value("enabled", "Create it (needs a network plugin that enforces it).", False),
+                Value(
+                    "scraperNamespaceSelector",
+                    "The scrapers' namespaces, a LabelSelector; `matchLabels: null` (Helm "
+                    "merges a map of yours into the default's): every namespace.",
+                    {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                    schema=LABEL_SELECTOR,
+                ),
+                Value(
+                    "scraperPodSelector",
+                    "The scrapers' pods in them, a LabelSelector; `matchLabels: null`: every pod.",
+                    {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+                    schema=LABEL_SELECTOR,
+                ),
+            ),
         ),
         Value(
             "prometheusRule",
@@ -788,7 +1020,6 @@ def values_yaml(config: BundleConfig) -> str:
     )
     for value in values_spec(config):
         lines += ["", *_value_lines(value, 0)]
-    lines += ["", *_comment(COLLECTORS_NOTE, 0)]
     return "\n".join(lines) + "\n"
 
 
@@ -877,6 +1108,12 @@ def generated_tpl(config: BundleConfig, versions: list[str]) -> str:
         _define("env", container["env"]),
         _define("volumeMounts", container["volumeMounts"]),
         _define("volumes", pod["volumes"]),
+        # The volume whose host path follows `kubeletPath`, and its directory under it.
+        _define("podResourcesVolume", _pod_resources_volume(pod)["name"]),
+        _define("podResourcesDir", POD_RESOURCES_DIR),
+        # Where the pod finds the collectors CSV, and its name there.
+        _define("collectorsDir", COLLECTORS_DIR),
+        _define("collectorsFileName", COLLECTORS_FILE),
         _define("enrichmentEnv", [enrichment_env]),
         _define("enrichmentRules", [r for r in role["rules"] if r not in dra]),
         _define("resourceSliceRules", dra),
@@ -999,16 +1236,37 @@ def _default(value: Any) -> str:
 # The README's table stays readable: a longer default (a probe, a security context) is left to
 # docs/helm.md's.
 SHORT_DEFAULT = 48
+# Kubernetes and Helm settings the chart passes through as they are, empty or off by default: the
+# README's table names them in one row, and docs/helm.md's describes each. The README stays short
+# (tests/unit/test_readme_figures.py) as the chart gains dcgm-exporter's pod-spec values.
+README_IN_ONE_ROW = (
+    "imagePullSecrets",
+    "nameOverride",
+    "fullnameOverride",
+    "namespaceOverride",
+    "affinity",
+    "hostNetwork",
+    "daemonSetAnnotations",
+    "podAnnotations",
+    "podLabels",
+    "initContainers",
+    "extraVolumes",
+    "extraVolumeMounts",
+)
 
 
 def values_table(text: str, *, top_level: bool) -> str:
     """A Markdown table of a values.yaml's described keys: every one (docs/helm.md), or the
-    top-level ones (the README), where a group shows whether it is on by default and a long
-    default is left to the full table."""
+    top-level ones (the README), where a group shows whether it is on by default, a long
+    default is left to the full table, and the pass-through settings share one row."""
     rows = value_rows(text)
     lines = ["| Value | Default | What it does |", "|---|---|---|"]
+    if top_level:
+        known = {row.path for row in rows}
+        if missing := [path for path in README_IN_ONE_ROW if path not in known]:
+            raise ValueError(f"README_IN_ONE_ROW names no top-level value: {missing}")
     for row in rows:
-        if top_level and "." in row.path:
+        if top_level and ("." in row.path or row.path in README_IN_ONE_ROW):
             continue
         if row.group:
             enabled = row.default.get("enabled") if isinstance(row.default, dict) else None
@@ -1018,6 +1276,12 @@ def values_table(text: str, *, top_level: bool) -> str:
             if top_level and len(default) > SHORT_DEFAULT:
                 default = "see docs/helm.md"
         lines.append(f"| `{row.path}` | {default} | {_cell(row.description)} |")
+    if top_level:
+        names = ", ".join(f"`{path}`" for path in README_IN_ONE_ROW)
+        lines.append(
+            f"| {names} | empty, off | Passed to the pod and the objects as Kubernetes and Helm "
+            "take them (docs/helm.md has each). |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -28,7 +28,8 @@ import yaml
 from bundle import helm_chart, overrides
 from bundle.config import DEFAULT, BundleConfig
 from bundle.flavours import FLAVOURS, flavour_config, flavour_paths, relocate
-from exporter.fields import docs_table
+from exporter import docs_table
+from exporter.flags import docs_table as flag_docs
 from exporter.health import docs_table as health_docs
 
 __all__ = [
@@ -243,7 +244,7 @@ def orphans(files: Mapping[str, str], root: Path = ROOT) -> list[str]:
 def drifted(root: Path = ROOT, files: Mapping[str, str] | None = None) -> list[str]:
     """Generated files whose committed copy is missing or differs, orphaned flavour files, and
     pages whose values table (bundle/helm_chart.py) is not the chart's values.yaml's, or whose
-    field tables (exporter/fields/docs_table.py) are not the field table's. `files`: what
+    field tables (exporter/docs_table.py) are not the field table's. `files`: what
     all_artifacts() gives, where the caller has it already."""
     files = all_artifacts() if files is None else files
     stale = [
@@ -254,6 +255,7 @@ def drifted(root: Path = ROOT, files: Mapping[str, str] | None = None) -> list[s
     stale += helm_chart.stale_tables(root, files[helm_chart.VALUES])
     stale += docs_table.stale_pages(root)
     stale += docs_table.stale_pages(root, health_docs.BLOCKS)
+    stale += docs_table.stale_pages(root, flag_docs.BLOCKS)
     return sorted(stale + orphans(files, root))
 
 
@@ -292,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     helm_chart.write_tables(ROOT, files[helm_chart.VALUES])
     docs_table.write_pages(ROOT)
     docs_table.write_pages(ROOT, health_docs.BLOCKS)
+    docs_table.write_pages(ROOT, flag_docs.BLOCKS)
     return 0
 
 

@@ -131,7 +131,7 @@ class AttributionConfig:
 
 @dataclass(frozen=True, slots=True)
 class SelectionFlags:
-    """The flags a collectors file is applied with (exporter/fields/flags.py, with_selection),
+    """The flags a collectors file is applied with (exporter/flags/selection.py, with_selection),
     kept so that a file chosen after the command line (a built-in fleet's, under --simulate) is
     applied as --collectors would have been."""
 
@@ -155,3 +155,5 @@ class Config:
     fleet_file: str | None = None
     log_level: str = "info"
     log_format: str = "logfmt"
+    # Settings given but not used (a dcgm-exporter variable of another meaning), logged once.
+    notices: tuple[str, ...] = ()

@@ -138,18 +138,3 @@ RENAMES_4_9: Mapping[str, Spelling] = MappingProxyType(
         if row.spelling_4_9 is not None and row.default and row.kind != "label"
     }
 )
-
-# The eleven default families whose unit changes in 4.9, as upstream's release notes count them.
-UNIT_CHANGES: tuple[str, ...] = (
-    "DCGM_FI_DEV_SM_CLOCK",
-    "DCGM_FI_DEV_MEM_CLOCK",
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-    "DCGM_FI_DEV_GPU_UTIL",
-    "DCGM_FI_DEV_MEM_COPY_UTIL",
-    "DCGM_FI_DEV_ENC_UTIL",
-    "DCGM_FI_DEV_DEC_UTIL",
-    "DCGM_FI_DEV_FB_FREE",
-    "DCGM_FI_DEV_FB_USED",
-    "DCGM_FI_DEV_FB_RESERVED",
-    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-)

@@ -4,13 +4,15 @@ Everything that differs between a real GPU node and the simulated one is in a No
 NVML the poller calls, the config as that node runs it (its kubelet socket, its host /proc and
 /var/log, its API server), its name, and any routes it adds. `app.run` takes one and never asks
 which kind it was given: `real_node.real_backend` builds the production one, and
-`simulator.node.simulated_backend` the `--simulate` one.
+`simulator.node.simulated_backend` the `--simulate` one. Each builder checks what can be checked
+at once, so that a bad fleet file or a wrong NVML binding is one line before anything starts, and
+returns a context manager: the backend is entered after the listeners are bound and left after
+the server stops.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,9 +34,3 @@ class NodeBackend:
     node_name: str
     # Routes the node adds to the exporter's web server (the simulator's fault injection).
     extra_routes: Callable[[web.Application], None] | None = None
-
-
-# A backend is entered after the listeners are bound and left after the server stops; building
-# one (the call) checks what can be checked at once, so that a bad fleet file or a wrong NVML
-# binding is one line before anything starts.
-BackendFactory = Callable[["Config"], AbstractContextManager[NodeBackend]]

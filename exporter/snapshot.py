@@ -2,12 +2,15 @@
 
 Values keep NVML's native units (mW, mJ, bytes, MHz, KB/s); conversion to dcgm-exporter's units
 happens only in the exposition layer, so the round-trip test can compare against raw NVML data.
-`None` always means "NVML gave no value" (not supported, or the call failed this sweep).
+`None` always means "NVML gave no value" (not supported, or the call failed this sweep); in the
+readings' maps of rows to values, such a row is absent.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,58 +49,188 @@ class FabricDomain:
     clique_id: int
 
 
+# A reading's value, in NVML's native unit.
+Reading = int | float
+# What GpuReadings.of and ProfilingReadings.of accept: None (no value) is left out of the map.
+Values = Mapping[str, Reading | None]
+
+_NO_VALUES: Mapping[str, Reading] = MappingProxyType({})
+
+# The rows (classic DCGM names in exporter/fields/table.py) whose values code computes with, read
+# by GpuReadings' accessors. Every other row is only exported: it needs nothing here.
+POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"
+POWER_MGMT_LIMIT = "DCGM_FI_DEV_POWER_MGMT_LIMIT"
+ENFORCED_POWER_LIMIT = "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"
+TOTAL_ENERGY_CONSUMPTION = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+FB_TOTAL = "DCGM_FI_DEV_FB_TOTAL"
+FB_USED = "DCGM_FI_DEV_FB_USED"
+FB_FREE = "DCGM_FI_DEV_FB_FREE"
+FB_RESERVED = "DCGM_FI_DEV_FB_RESERVED"
+GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+MEM_COPY_UTIL = "DCGM_FI_DEV_MEM_COPY_UTIL"
+ENC_UTIL = "DCGM_FI_DEV_ENC_UTIL"
+DEC_UTIL = "DCGM_FI_DEV_DEC_UTIL"
+CLOCK_THROTTLE_REASONS = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
+PCIE_TX_THROUGHPUT = "DCGM_FI_DEV_PCIE_TX_THROUGHPUT"
+PCIE_RX_THROUGHPUT = "DCGM_FI_DEV_PCIE_RX_THROUGHPUT"
+NVLINK_BANDWIDTH_TOTAL = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"
+# GPM rows (ProfilingReadings).
+PROF_GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+PROF_SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
+# The framebuffer rows, which a MIG instance has of its own, and the utilization rows, which NVML
+# has only for a whole GPU.
+FRAMEBUFFER = (FB_TOTAL, FB_USED, FB_FREE, FB_RESERVED)
+UTILIZATION = (GPU_UTIL, MEM_COPY_UTIL, ENC_UTIL, DEC_UTIL)
+# Every name above: each must be a row of the field table (tests/unit/test_field_table.py).
+ACCESSOR_ROWS = (
+    POWER_USAGE,
+    POWER_MGMT_LIMIT,
+    ENFORCED_POWER_LIMIT,
+    TOTAL_ENERGY_CONSUMPTION,
+    *FRAMEBUFFER,
+    *UTILIZATION,
+    CLOCK_THROTTLE_REASONS,
+    PCIE_TX_THROUGHPUT,
+    PCIE_RX_THROUGHPUT,
+    NVLINK_BANDWIDTH_TOTAL,
+    PROF_GR_ENGINE_ACTIVE,
+    PROF_SM_ACTIVE,
+)
+
+
+def _frozen(values: Values) -> Mapping[str, Reading]:
+    """An immutable copy of `values` without the ones that are None."""
+    return MappingProxyType({k: v for k, v in values.items() if v is not None})
+
+
+def _int(value: Reading | None) -> int | None:
+    """An integer row's value (a counter, bytes, a bitmask) as the int NVML gives."""
+    return None if value is None else int(value)
+
+
 @dataclass(frozen=True, slots=True)
 class GpuReadings:
     """Board-level values of one GPU, in NVML units."""
 
-    temperature_c: int | None = None
-    memory_temperature_c: int | None = None
-    gpu_util_pct: int | None = None
-    mem_copy_util_pct: int | None = None
-    encoder_util_pct: int | None = None
-    decoder_util_pct: int | None = None
-    fb_total_bytes: int | None = None
-    fb_used_bytes: int | None = None
-    fb_free_bytes: int | None = None
-    fb_reserved_bytes: int | None = None
-    power_mw: int | None = None
-    power_limit_mw: int | None = None
-    enforced_power_limit_mw: int | None = None
-    energy_mj: int | None = None
-    sm_clock_mhz: int | None = None
-    mem_clock_mhz: int | None = None
-    clock_event_reasons: int | None = None
-    ecc_sbe_volatile: int | None = None
-    ecc_dbe_volatile: int | None = None
-    ecc_sbe_aggregate: int | None = None
-    ecc_dbe_aggregate: int | None = None
-    remapped_rows_correctable: int | None = None
-    remapped_rows_uncorrectable: int | None = None
-    remapped_rows_pending: int | None = None
-    remapped_rows_failure: int | None = None
-    pcie_replay_count: int | None = None
-    pcie_tx_kbps: int | None = None
-    pcie_rx_kbps: int | None = None
-    # Cumulative NVLink data counters, summed over links (NVML's KiB).
+    # Field-table row (its classic DCGM name) -> its value in NVML's native unit (the row's
+    # native_unit), filled by the readers (nvml/device_reader.py, the samplers). A row with no
+    # value (not supported, not read, or the call failed this sweep) is absent. The exposition
+    # writes every row from here by name; build one with `of`, change one with `with_values`.
+    values: Mapping[str, Reading] = field(default_factory=lambda: _NO_VALUES)
+    # Cumulative NVLink data counters, summed over links (NVML's KiB); no row's value, but what
+    # the NVLink rate (DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL) and our own byte counters come from.
     nvlink_tx_kib: int | None = None
     nvlink_rx_kib: int | None = None
-    # (tx + rx) KiB per second between this sweep's counters and the previous sweep's, from
-    # NVML's own sample timestamps; None on the first sweep and after a counter reset.
-    nvlink_kib_per_second: float | None = None
-    # DCGM's VGPU_LICENSE_STATUS: 1 vGPU licensed, 0 not licensed or licensing unsupported.
-    vgpu_license_status: int | None = None
     # The NVLink domain, where the GPU's fabric registration completed; None on a board with no
     # fabric (NVML answers NOT_SUPPORTED) and before or after a failed registration.
     fabric_domain: FabricDomain | None = None
-    # (DCGM field name, value) for the field table's rows that have no attribute above (fields
-    # only a --collectors file turns on), sorted by name.
-    extra: tuple[tuple[str, int | float], ...] = ()
 
-    def extra_value(self, name: str) -> int | float | None:
-        for field_name, value in self.extra:
-            if field_name == name:
-                return value
-        return None
+    @classmethod
+    def of(
+        cls,
+        values: Values = _NO_VALUES,
+        /,
+        *,
+        nvlink_tx_kib: int | None = None,
+        nvlink_rx_kib: int | None = None,
+        fabric_domain: FabricDomain | None = None,
+        **rows: Reading | None,
+    ) -> GpuReadings:
+        """Readings from row names and values, as a mapping or as keywords:
+        `GpuReadings.of({"DCGM_FI_DEV_GPU_TEMP": 40})` or `GpuReadings.of(DCGM_FI_DEV_GPU_TEMP=40)`.
+        None is no value."""
+        return cls(
+            _frozen({**values, **rows}) if rows else _frozen(values),
+            nvlink_tx_kib,
+            nvlink_rx_kib,
+            fabric_domain,
+        )
+
+    def with_values(self, changes: Values) -> GpuReadings:
+        """A copy with the rows of `changes` set to their values (None: to no value)."""
+        values = dict(self.values)
+        for name, value in changes.items():
+            if value is None:
+                values.pop(name, None)
+            else:
+                values[name] = value
+        return GpuReadings(
+            MappingProxyType(values), self.nvlink_tx_kib, self.nvlink_rx_kib, self.fabric_domain
+        )
+
+    def __hash__(self) -> int:
+        # A mapping proxy does not hash; its items do.
+        items = frozenset(self.values.items())
+        return hash((items, self.nvlink_tx_kib, self.nvlink_rx_kib, self.fabric_domain))
+
+    # Typed views of the rows that code computes with (energy, attribution, health, clock events).
+
+    @property
+    def power_mw(self) -> Reading | None:
+        return self.values.get(POWER_USAGE)
+
+    @property
+    def power_limit_mw(self) -> Reading | None:
+        return self.values.get(POWER_MGMT_LIMIT)
+
+    @property
+    def enforced_power_limit_mw(self) -> Reading | None:
+        return self.values.get(ENFORCED_POWER_LIMIT)
+
+    @property
+    def energy_mj(self) -> int | None:
+        return _int(self.values.get(TOTAL_ENERGY_CONSUMPTION))
+
+    @property
+    def fb_total_bytes(self) -> int | None:
+        return _int(self.values.get(FB_TOTAL))
+
+    @property
+    def fb_used_bytes(self) -> int | None:
+        return _int(self.values.get(FB_USED))
+
+    @property
+    def fb_free_bytes(self) -> int | None:
+        return _int(self.values.get(FB_FREE))
+
+    @property
+    def fb_reserved_bytes(self) -> int | None:
+        return _int(self.values.get(FB_RESERVED))
+
+    @property
+    def gpu_util_pct(self) -> Reading | None:
+        return self.values.get(GPU_UTIL)
+
+    @property
+    def mem_copy_util_pct(self) -> Reading | None:
+        return self.values.get(MEM_COPY_UTIL)
+
+    @property
+    def encoder_util_pct(self) -> Reading | None:
+        return self.values.get(ENC_UTIL)
+
+    @property
+    def decoder_util_pct(self) -> Reading | None:
+        return self.values.get(DEC_UTIL)
+
+    @property
+    def clock_event_reasons(self) -> int | None:
+        """The NVML clock-event reason bitmask."""
+        return _int(self.values.get(CLOCK_THROTTLE_REASONS))
+
+    @property
+    def pcie_tx_kbps(self) -> Reading | None:
+        return self.values.get(PCIE_TX_THROUGHPUT)
+
+    @property
+    def pcie_rx_kbps(self) -> Reading | None:
+        return self.values.get(PCIE_RX_THROUGHPUT)
+
+    @property
+    def nvlink_kib_per_second(self) -> Reading | None:
+        """(tx + rx) KiB per second between this sweep's counters and the previous sweep's, from
+        NVML's own sample timestamps; None on the first sweep and after a counter reset."""
+        return self.values.get(NVLINK_BANDWIDTH_TOTAL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,22 +238,25 @@ class ProfilingReadings:
     """NVML GPM averages over the last sampling interval, in dcgm-exporter's profiling units:
     ratios 0-1 of time (or of capacity) active, and bytes per second."""
 
-    graphics_active: float | None = None
-    sm_active: float | None = None
-    sm_occupancy: float | None = None
-    # GPM "any tensor" activity; the DCGM pipe fields below are per tensor-pipe kind.
-    tensor_active: float | None = None
-    tensor_hmma_active: float | None = None
-    tensor_imma_active: float | None = None
-    tensor_dfma_active: float | None = None
-    fp64_active: float | None = None
-    fp32_active: float | None = None
-    fp16_active: float | None = None
-    dram_active: float | None = None
-    pcie_tx_bytes: float | None = None
-    pcie_rx_bytes: float | None = None
-    nvlink_tx_bytes: float | None = None
-    nvlink_rx_bytes: float | None = None
+    # GPM row of the field table (its classic DCGM name, DCGM_FI_PROF_*) -> its value; a metric
+    # GPM did not give this interval is absent.
+    values: Mapping[str, Reading] = field(default_factory=lambda: _NO_VALUES)
+
+    @classmethod
+    def of(cls, values: Values = _NO_VALUES, /, **rows: Reading | None) -> ProfilingReadings:
+        """As GpuReadings.of: `ProfilingReadings.of(DCGM_FI_PROF_SM_ACTIVE=0.5)`."""
+        return cls(_frozen({**values, **rows}) if rows else _frozen(values))
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self.values.items()))
+
+    @property
+    def graphics_active(self) -> Reading | None:
+        return self.values.get(PROF_GR_ENGINE_ACTIVE)
+
+    @property
+    def sm_active(self) -> Reading | None:
+        return self.values.get(PROF_SM_ACTIVE)
 
 
 @dataclass(frozen=True, slots=True)

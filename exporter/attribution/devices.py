@@ -10,11 +10,19 @@ GPM's profiling metrics do, per instance, on Hopper and newer.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from exporter.attribution.model import AttributedNode, Entity, Labels
 from exporter.config import HostLabel, LabelConfig
-from exporter.snapshot import GpuIdentity, GpuReadings, NodeSnapshot, XidRecord
+from exporter.snapshot import (
+    FB_FREE,
+    FB_RESERVED,
+    FB_TOTAL,
+    FB_USED,
+    UTILIZATION,
+    GpuIdentity,
+    GpuReadings,
+    NodeSnapshot,
+    XidRecord,
+)
 
 # (GPU UUID, GPU-instance id or None for the whole GPU)
 DeviceKey = tuple[str, int | None]
@@ -125,16 +133,15 @@ def device_entities(snapshot: NodeSnapshot, config: LabelConfig) -> list[Entity]
                 *host,
                 *strings,
             )
-            readings = replace(
-                gpu.readings,
-                fb_total_bytes=inst.fb_total_bytes,
-                fb_used_bytes=inst.fb_used_bytes,
-                fb_free_bytes=inst.fb_free_bytes,
-                fb_reserved_bytes=inst.fb_reserved_bytes,
-                gpu_util_pct=None,
-                mem_copy_util_pct=None,
-                encoder_util_pct=None,
-                decoder_util_pct=None,
+            # The instance's own framebuffer, and no utilization (NVML has none per instance).
+            readings = gpu.readings.with_values(
+                {
+                    FB_TOTAL: inst.fb_total_bytes,
+                    FB_USED: inst.fb_used_bytes,
+                    FB_FREE: inst.fb_free_bytes,
+                    FB_RESERVED: inst.fb_reserved_bytes,
+                    **dict.fromkeys(UTILIZATION),
+                }
             )
             xid = merge_xid(gpu.xid, gpu.instance_xid(inst.gpu_instance_id))
             profiling = gpu.profiling_of(inst.gpu_instance_id)

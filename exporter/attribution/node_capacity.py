@@ -23,7 +23,7 @@ def node_capacity(
     units = allocatable_units(snapshot, pods)
     units_by_gpu = None
     if units is not None:
-        dra = dra_units(DraIndex.of(snapshot, slices), attribution, slices_synced)
+        dra = dra_units(DraIndex.of(snapshot, slices), attribution.dra_in_use, slices_synced)
         units_by_gpu = {
             g.identity.uuid: units.get(g.identity.uuid, 0) + dra[g.identity.uuid]
             for g in snapshot.gpus
@@ -34,7 +34,7 @@ def node_capacity(
         if slices_synced:
             allocatable.update(dra_allocatable(slices))
     allocated = dict(pods.allocated)
-    allocated.update(dra_allocated(attribution))
+    allocated.update(dra_allocated(attribution.dra_in_use))
     resources = sorted({*allocated, *(allocatable or ())})
     return Capacity(
         units_by_gpu,

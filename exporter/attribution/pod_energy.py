@@ -30,7 +30,7 @@ class _Reading:
 
     at: float  # the snapshot's monotonic time
     energy_mj: int | None
-    power_mw: int | None
+    power_mw: float | None
 
 
 @dataclass(slots=True)

@@ -25,7 +25,7 @@ from exporter.config import LabelConfig
 from exporter.kubernetes.pod_metadata import KubernetesView
 from exporter.podresources.attribution import Attribution, DeviceKey, Holder, share_order
 from exporter.processes.pod_usage import DeviceUsage, Usage
-from exporter.snapshot import GpuReadings
+from exporter.snapshot import FB_USED, GPU_UTIL, GpuReadings
 
 PER_POD = "per-pod"
 
@@ -105,9 +105,9 @@ def _own_use(readings: GpuReadings, use: Usage | None) -> GpuReadings:
     nothing running is 0, not the device's figure."""
     memory = 0 if use is None or use.memory_bytes is None else use.memory_bytes
     if readings.gpu_util_pct is None:  # a MIG instance: NVML has no utilization there
-        return replace(readings, fb_used_bytes=memory)
+        return readings.with_values({FB_USED: memory})
     sm = 0 if use is None or use.sm_pct is None else use.sm_pct
-    return replace(readings, gpu_util_pct=min(sm, 100), fb_used_bytes=memory)
+    return readings.with_values({GPU_UTIL: min(sm, 100), FB_USED: memory})
 
 
 def _with_holders(

@@ -9,9 +9,11 @@ device-plugin devices alone. Without the watch, a GPU held through DRA still cou
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 
 from exporter.dra.names import NVIDIA_GPU_DRIVER, parse_dra_device_name
 from exporter.dra.resolve import (
+    DraDeviceInUse,
     DraIndex,
     SliceMap,
     dra_resource,
@@ -19,12 +21,12 @@ from exporter.dra.resolve import (
     slice_gpu,
 )
 from exporter.dra.slices import SliceDevice
-from exporter.podresources.attribution import Attribution
 
 
-def dra_allocated(attribution: Attribution) -> Counter[str]:
-    """resource -> NVIDIA GPU DRA devices in use; a device several claims share counts once."""
-    return Counter(device.resource for device in attribution.dra_in_use)
+def dra_allocated(in_use: Iterable[DraDeviceInUse]) -> Counter[str]:
+    """resource -> NVIDIA GPU DRA devices in use (the attribution's `dra_in_use`, where a device
+    several claims share is listed once)."""
+    return Counter(device.resource for device in in_use)
 
 
 def dra_allocatable(slices: SliceMap) -> Counter[str]:
@@ -47,7 +49,9 @@ def _offering_gpu(device: SliceDevice, index: DraIndex) -> str | None:
     return placed_on if placed_on in index.by_uuid else None
 
 
-def dra_units(index: DraIndex, attribution: Attribution, slices_synced: bool) -> Counter[str]:
+def dra_units(
+    index: DraIndex, in_use: Iterable[DraDeviceInUse], slices_synced: bool
+) -> Counter[str]:
     """GPU UUID -> DRA devices offered on it: from the slices when the watch is synced (an
     untainted device), else the devices held on it."""
     units: Counter[str] = Counter()
@@ -59,7 +63,7 @@ def dra_units(index: DraIndex, attribution: Attribution, slices_synced: bool) ->
             if gpu is not None:
                 units[gpu] += 1
         return units
-    for held in attribution.dra_in_use:
+    for held in in_use:
         if held.key is not None:
             units[held.key[0]] += 1
     return units

@@ -42,14 +42,6 @@ AMBIGUOUS_MIG_INSTANCE = "ambiguous_mig_instance"  # several instances fit; NVML
 # A ResourceSlice puts the device on another GPU than its name's minor number: attributed as NVML
 # says (DraTarget.slice_conflict), or unresolved when the name alone cannot tell the instance.
 SLICE_CONFLICT = "slice_conflict"
-REASONS = (
-    AMBIGUOUS_MIG_INSTANCE,
-    FOREIGN_DRIVER,
-    NO_SUCH_GPU,
-    NO_SUCH_MIG_INSTANCE,
-    SLICE_CONFLICT,
-    UNKNOWN_NAME,
-)
 
 SliceMap = Mapping[tuple[str, str], SliceDevice]
 
@@ -64,6 +56,18 @@ class DraTarget:
     mig_uuid: str = ""
     # A ResourceSlice named another GPU for this device; NVML's minor number was trusted.
     slice_conflict: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DraDeviceInUse:
+    """One distinct device of NVIDIA's GPU DRA driver that containers on this node use, as the
+    kubelet's allocations (exporter/podresources/attribution.py) give it."""
+
+    pool: str
+    device: str
+    resource: str  # as the capacity families count it (dra_resource)
+    # The (GPU UUID, GPU-instance id or None) it resolved to; None: no NVML device.
+    key: tuple[str, int | None] | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
-from operator import attrgetter
-from typing import Any
 
 from exporter.dcgm_compat import Number, Profile, converter
 from exporter.exposition.metric_family import Declared, MetricFamily
@@ -31,6 +29,7 @@ from exporter.fields.table import (
     XID_ERRORS_COUNT,
     XID_ERRORS_TOTAL,
 )
+from exporter.snapshot import GpuReadings, ProfilingReadings
 
 Value = Number | None
 
@@ -47,28 +46,17 @@ class DcgmFamily:
     kind: str
     help: str
     unit: str
-    # The classic name of the row, the same in every profile: what the family means.
+    # The classic name of the row, the same in every profile: what the family means, and where
+    # its value is in the readings' map.
     classic: str
-    reading: Callable[[Any], Value]
     convert: Callable[[Number], Number]
     double: bool
 
-    def value(self, source: Any) -> Value:
-        raw = self.reading(source)
+    def value(self, source: GpuReadings | ProfilingReadings) -> Value:
+        """The row's value in `source` (GpuReadings, or ProfilingReadings for a GPM row), in
+        this family's unit; None where it has none."""
+        raw = source.values.get(self.classic)
         return None if raw is None else self.convert(raw)
-
-
-def reading_of(row: DcgmField) -> Callable[[Any], Value]:
-    """How a row's value is found in GpuReadings (ProfilingReadings for GPM rows)."""
-    if row.attribute is not None:
-        return attrgetter(row.attribute)
-    name = row.name
-    return lambda readings: readings.extra_value(name)
-
-
-# The rows read per entity, in the order they are written: board readings, then GPM's.
-GPU_ROWS: tuple[DcgmField, ...] = tuple(row for row in GPU_FIELDS if row.default)
-PROFILING_ROWS: tuple[DcgmField, ...] = tuple(row for row in PROFILING_FIELDS if row.default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +149,6 @@ def resolve(row: DcgmField, profile: Profile, listed: ListedField | None = None)
         help=spelt.help,
         unit=spelt.unit,
         classic=row.name,
-        reading=reading_of(row),
         convert=converter(row.native_unit, spelt.unit),
         double=spelt.unit in DOUBLE_UNITS,
     )

@@ -32,11 +32,11 @@ from pathlib import Path
 from exporter import small_yaml
 from exporter.errors import ConfigurationError, quoted, quoted_path
 from exporter.fields import dcgm_catalogue
+from exporter.fields.health_status_row import HEALTH_ROWS
 from exporter.fields.model import DcgmField
 from exporter.fields.p2p_status_row import P2P_STATUS_ROW
 from exporter.fields.selection import FieldSelection, ListedField, UnsupportedField
 from exporter.fields.table import BY_ANY_NAME, BY_NAME
-from exporter.health.rows import HEALTH_ROWS
 
 # dcgm-exporter's own files are about 6 KB; a ConfigMap holds at most 1 MiB.
 MAX_FILE_BYTES = 1 << 20

@@ -1,45 +1,31 @@
-"""The command line's field flags: --collectors (dcgm-exporter's CSV), the two count windows and
---collector.field-interval, turned into the settings of CollectionConfig and Config.fields."""
+"""The values of the field flags: --collectors (dcgm-exporter's CSV), the two count windows and
+--collector.field-interval with its cadence classes; exporter/flags/selection.py applies a file's
+selection to the configuration."""
 
 from __future__ import annotations
 
 import argparse
 import logging
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
 
 from exporter.durations import HOUR, WEEK, bounded_duration, format_duration
 from exporter.errors import ConfigurationError, quoted, quoted_path
 from exporter.fields.collectors_file import read_collectors_file
 from exporter.fields.dcgm_catalogue import is_dcgm_field
 from exporter.fields.model import Cadence, DcgmField, Gpm
-from exporter.fields.nvlink_health_rows import FABRIC_CLUSTER_UUID
 from exporter.fields.selection import FieldSelection
 from exporter.fields.table import (
     BY_ANY_NAME,
     CLOCK_EVENTS_COUNT,
     CLOCK_EVENTS_TOTAL,
-    DRIVER_VERSION,
     FIELDS,
-    XID_ERRORS_COUNT,
 )
-
-if TYPE_CHECKING:
-    from exporter.config import Config
 
 log = logging.getLogger(__name__)
 # DCGM_EXP_CLOCK_EVENTS_TOTAL and _COUNT count this field's value once per sweep: read less often,
 # a held mask would be counted again and again.
 CLOCK_EVENT_REASONS = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
 
-# dcgm-exporter's own variables for the flags it shares with us, so that its DaemonSet's settings
-# carry over; our KUBE_GPU_EXPORTER_* name wins where both are set.
-UPSTREAM_ENV = {
-    "--collectors": "DCGM_EXPORTER_COLLECTORS",
-    "--xid-count-window-size": "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE",
-    "--clock-events-count-window-size": "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE",
-    "--health.require-gpus": "DCGM_EXPORTER_HEALTH_REQUIRE_GPUS",
-}
 # dcgm-exporter's default for both count windows: 5 minutes.
 DEFAULT_COUNT_WINDOW_MS = 300_000
 # The widest count window, a week: an alert on "any XID lately" looks back hours, not months, and
@@ -50,9 +36,30 @@ _WINDOW_DIGITS = len(str(MAX_COUNT_WINDOW_MS))
 # The widest --collector.field-interval, as for the other read intervals.
 MAX_FIELD_INTERVAL_SECONDS = HOUR
 _field_interval = bounded_duration(0.0, MAX_FIELD_INTERVAL_SECONDS)
-# Its --collector.field-interval is --collector.energy-read-interval: between reads the counter is
-# carried forward by board power, which no other field's interval does.
+# Its interval is the energy-counter class's: between reads the counter is carried forward by
+# board power, which no other field's interval does.
 (ENERGY_FIELD,) = (row.name for row in FIELDS if row.cadence is Cadence.ENERGY)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassInterval:
+    """A cadence class whose interval --collector.field-interval sets by the class's name, for
+    every field of the class that has no interval of its own."""
+
+    name: str
+    default: float
+    low: float
+    meaning: str
+
+
+# The slow fields may be read every sweep (0s); the PCIe sampler blocks 20 ms a direction per GPU
+# each round, so it runs at least a second apart.
+CLASS_INTERVALS: tuple[ClassInterval, ...] = (
+    ClassInterval("slow-fields", 10.0, 0.0, "the slow fields (Cadence.SLOW)"),
+    ClassInterval("energy-counter", 60.0, 0.0, f"NVML's energy counter ({ENERGY_FIELD})"),
+    ClassInterval("pcie-sampler", 15.0, 1.0, "the PCIe throughput sampler"),
+)
+CLASS_BY_NAME = {c.name: c for c in CLASS_INTERVALS}
 
 
 def window_ms(text: str) -> int:
@@ -72,7 +79,7 @@ def window_ms(text: str) -> int:
 
 
 def field_intervals(text: str) -> list[tuple[str, float]]:
-    """'NAME=SECONDS[,NAME=SECONDS...]' -> (the row's classic name, seconds) pairs."""
+    """'NAME=SECONDS[,NAME=SECONDS...]' -> (the row's classic name, or a class's, seconds)."""
     pairs: list[tuple[str, float]] = []
     for item in text.split(","):
         if not item.strip():
@@ -80,6 +87,14 @@ def field_intervals(text: str) -> list[tuple[str, float]]:
         name, equals, value = (part.strip() for part in item.partition("="))
         if not equals or not name:
             raise argparse.ArgumentTypeError(f"{quoted(item.strip())} is not NAME=SECONDS")
+        if (cadence := CLASS_BY_NAME.get(name)) is not None:
+            try:
+                pairs.append(
+                    (name, bounded_duration(cadence.low, MAX_FIELD_INTERVAL_SECONDS)(value))
+                )
+            except argparse.ArgumentTypeError as exc:
+                raise argparse.ArgumentTypeError(f"{name}: {exc}") from None
+            continue
         row = BY_ANY_NAME.get(name)
         if row is None:
             if is_dcgm_field(name):
@@ -104,7 +119,7 @@ def cadence_of(row: DcgmField) -> str:
     if isinstance(row.source, Gpm):
         return "the GPM sampler takes it every --collector.interval (off: --no-collector.gpm)"
     if row.cadence is Cadence.SAMPLER:
-        return "the PCIe sampler takes it every --collector.pcie-interval"
+        return "the PCIe sampler takes it: set pcie-sampler=SECONDS instead"
     if row.cadence is Cadence.IDENTITY:
         return "it is read with the GPU's identity, at start-up and when a GPU appears"
     if row.name in (CLOCK_EVENTS_TOTAL, CLOCK_EVENTS_COUNT):
@@ -122,42 +137,6 @@ def read_collectors(path: str | None) -> FieldSelection | None:
     if not path.strip():
         raise ConfigurationError("argument --collectors: the path is empty")
     return read_collectors_file(path)
-
-
-def selection_settings(
-    fields: FieldSelection | None, xid_window_ms: int, clock_events_window_ms: int
-) -> dict[str, Any]:
-    """What a --collectors file changes in CollectionConfig; nothing without one."""
-    if fields is None:
-        return {}
-    return {
-        # Off by default, so the reader reads them only because the file lists them.
-        "extra_fields": frozenset(f.row.name for f in fields.listed if not f.row.default),
-        "xid_count_window_ms": xid_window_ms if fields.lists(XID_ERRORS_COUNT) else None,
-        "clock_events_count_window_ms": (
-            clock_events_window_ms if fields.lists(CLOCK_EVENTS_COUNT) else None
-        ),
-    }
-
-
-def with_selection(config: Config, fields: FieldSelection) -> Config:
-    """`config` exporting what the collectors file `fields` lists: its off-by-default fields
-    read, its count windows kept, and the driver-version label it names, unless
-    --driver-version-label chose one. The one way a file is applied, whether --collectors gave
-    it or a simulated fleet ships it (exporter/simulator/node.py)."""
-    flags = config.selection_flags
-    collection = replace(
-        config.collection,
-        **selection_settings(fields, flags.xid_count_window_ms, flags.clock_events_count_window_ms),
-    )
-    labels = config.labels
-    if flags.driver_label is None:
-        # dcgm-exporter attaches the label only when its CSV lists the field, named as listed.
-        listed = fields.get(DRIVER_VERSION)
-        labels = replace(labels, driver_version_label="" if listed is None else listed.name)
-    fabric = fields.get(FABRIC_CLUSTER_UUID)
-    labels = replace(labels, fabric_cluster_label="" if fabric is None else fabric.name)
-    return replace(config, fields=fields, collection=collection, labels=labels)
 
 
 def log_selection(fields: FieldSelection | None) -> None:

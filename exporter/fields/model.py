@@ -122,6 +122,8 @@ class Spelling:
 class DcgmField:
     """One DCGM field as we read and export it."""
 
+    # The classic DCGM name: what the readers file the row's value under in the snapshot
+    # (GpuReadings.values, ProfilingReadings.values for GPM rows), and the exposition reads.
     name: str
     # DCGM's field id (dcgm_fields.h); 0 for dcgm-exporter's own DCGM_EXP_* families.
     field_id: int
@@ -134,9 +136,6 @@ class DcgmField:
     help: str
     scope: Scope
     cadence: Cadence
-    # The snapshot attribute holding the value (GpuReadings, or ProfilingReadings for GPM rows);
-    # None: the value lives in GpuReadings.extra under the field's name.
-    attribute: str | None = None
     # Exported without a --collectors file.
     default: bool = True
     # The 4.9 profile's spelling, where it differs from the classic one.

@@ -49,7 +49,6 @@ def _row(
         help=help_text,
         scope=Scope.GPU,
         cadence=cadence,
-        attribute=None,
         default=False,
     )
 
@@ -257,7 +256,6 @@ FABRIC_CLUSTER_UUID_ROW = DcgmField(
     help="Fabric cluster UUID",
     scope=Scope.BOTH,
     cadence=Cadence.SLOW,
-    attribute=None,
     default=False,
 )
 

@@ -29,7 +29,6 @@ P2P_STATUS_ROW = DcgmField(
     help="P2P NvLink status",
     scope=Scope.GPU,
     cadence=Cadence.SAMPLER,
-    attribute=None,
     default=False,
 )
 

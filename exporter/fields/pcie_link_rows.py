@@ -61,7 +61,6 @@ def _row(name: str, field_id: int, function: str, help_text: str) -> DcgmField:
         help=help_text,
         scope=Scope.GPU,
         cadence=Cadence.SLOW,
-        attribute=None,
         default=False,
     )
 

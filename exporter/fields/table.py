@@ -34,7 +34,7 @@ from exporter.fields.model import (
 from exporter.fields.nvlink_health_rows import FABRIC_CLUSTER_UUID_ROW, NVLINK_HEALTH_FIELDS
 from exporter.fields.pcie_link_rows import PCIE_LINK_FIELDS
 from exporter.fields.violation_rows import RETIRED_PAGE_FIELDS, VIOLATION_FIELDS
-from exporter.nvml.struct_views import view
+from exporter.struct_views import view
 
 # The type of DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL is the profile's: a counter up to 4.8.2, a
 # gauge from 4.8.3.
@@ -43,11 +43,6 @@ NVLINK_BANDWIDTH_KIND = "<profile's NVLink bandwidth kind>"
 
 def _fv(name: str) -> FieldValue:
     return FieldValue(getattr(pynvml, name), name)
-
-
-def _fv_or(name: str, number: int) -> FieldValue:
-    """A field id that older nvidia-ml-py releases do not name."""
-    return FieldValue(getattr(pynvml, name, number), name)
 
 
 def _memory(attribute: str) -> Getter:
@@ -83,7 +78,6 @@ def _gpu(
     kind: str,
     unit: str,
     help_text: str,
-    attribute: str | None,
     *,
     native_unit: str | None = None,
     cadence: Cadence = Cadence.SWEEP,
@@ -101,7 +95,6 @@ def _gpu(
         help=help_text,
         scope=scope,
         cadence=cadence,
-        attribute=attribute,
         default=default,
         spelling_4_9=spelling_4_9,
     )
@@ -119,7 +112,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "MHz",
         "SM clock frequency (in MHz).",
-        "sm_clock_mhz",
         spelling_4_9=_spell(
             "DCGM_FI_DEV_SM_CLOCK_HERTZ", "Hz", "SM clock frequency (in Hz).", GO_DCGM_FIELD
         ),
@@ -131,7 +123,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "MHz",
         "Memory clock frequency (in MHz).",
-        "mem_clock_mhz",
         spelling_4_9=_spell(
             "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", "Hz", "Memory clock frequency (in Hz).", GO_DCGM_FIELD
         ),
@@ -143,7 +134,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "C",
         "Memory temperature (in C).",
-        "memory_temperature_c",
         spelling_4_9=_spell(
             "DCGM_FI_DEV_MEMORY_TEMP_CELSIUS", "C", "Memory temperature (in C).", DCGM_ALIAS
         ),
@@ -155,7 +145,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "C",
         "GPU temperature (in C).",
-        "temperature_c",
         spelling_4_9=_spell(
             "DCGM_FI_DEV_GPU_TEMP_CELSIUS", "C", "GPU temperature (in C).", DCGM_ALIAS
         ),
@@ -167,7 +156,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "W",
         "Power draw (in W).",
-        "power_mw",
         native_unit="mW",
         spelling_4_9=_spell("DCGM_FI_DEV_BOARD_POWER_WATTS", "W", "Power draw (in W).", DCGM_ALIAS),
     ),
@@ -179,7 +167,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "W",
         "Power management limit (in W).",
-        "power_limit_mw",
         native_unit="mW",
         cadence=Cadence.SLOW,
         spelling_4_9=_spell(
@@ -196,7 +183,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "W",
         "Enforced power limit (in W).",
-        "enforced_power_limit_mw",
         native_unit="mW",
         spelling_4_9=_spell(
             "DCGM_FI_DEV_BOARD_POWER_LIMIT_ENFORCED_WATTS",
@@ -213,7 +199,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "counter",
         "mJ",
         "Total energy consumption since boot (in mJ).",
-        "energy_mj",
         cadence=Cadence.ENERGY,
         spelling_4_9=_spell(
             "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL",
@@ -230,7 +215,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "counter",
         "count",
         "Total number of PCIe retries.",
-        "pcie_replay_count",
         cadence=Cadence.SLOW,
         spelling_4_9=_spell(
             "DCGM_FI_DEV_PCIE_REPLAY_TOTAL", "count", "Total number of PCIe retries.", DCGM_ALIAS
@@ -243,7 +227,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "KB/s",
         "PCIe transmit throughput over NVML's 20 ms sample window (in KB/s).",
-        "pcie_tx_kbps",
         cadence=Cadence.SAMPLER,
     ),
     _gpu(
@@ -253,7 +236,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "KB/s",
         "PCIe receive throughput over NVML's 20 ms sample window (in KB/s).",
-        "pcie_rx_kbps",
         cadence=Cadence.SAMPLER,
     ),
     _gpu(
@@ -263,7 +245,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "%",
         "GPU utilization (in %).",
-        "gpu_util_pct",
         spelling_4_9=_spell(
             "DCGM_FI_DEV_GPU_UTIL_RATIO", "ratio", "GPU utilization (ratio 0-1).", DCGM_4_7_DOCS
         ),
@@ -275,7 +256,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "%",
         "Memory utilization (in %).",
-        "mem_copy_util_pct",
         spelling_4_9=_spell(
             "DCGM_FI_DEV_MEMORY_UTIL_RATIO",
             "ratio",
@@ -290,7 +270,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "%",
         "Encoder utilization (in %).",
-        "encoder_util_pct",
         spelling_4_9=_spell(
             "DCGM_FI_DEV_ENC_UTIL_RATIO", "ratio", "Encoder utilization (ratio 0-1).", DCGM_4_7_DOCS
         ),
@@ -302,7 +281,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "%",
         "Decoder utilization (in %).",
-        "decoder_util_pct",
         spelling_4_9=_spell(
             "DCGM_FI_DEV_DEC_UTIL_RATIO", "ratio", "Decoder utilization (ratio 0-1).", DCGM_4_7_DOCS
         ),
@@ -314,7 +292,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "MiB",
         "Framebuffer memory free (in MiB).",
-        "fb_free_bytes",
         native_unit="B",
         scope=Scope.BOTH,
         spelling_4_9=_spell(
@@ -328,7 +305,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "MiB",
         "Framebuffer memory used (in MiB).",
-        "fb_used_bytes",
         native_unit="B",
         scope=Scope.BOTH,
         spelling_4_9=_spell(
@@ -342,7 +318,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "MiB",
         "Framebuffer memory reserved (in MiB).",
-        "fb_reserved_bytes",
         native_unit="B",
         scope=Scope.BOTH,
         spelling_4_9=_spell(
@@ -359,7 +334,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "MiB",
         "Framebuffer memory total (in MiB).",
-        "fb_total_bytes",
         native_unit="B",
         scope=Scope.BOTH,
         spelling_4_9=_spell(
@@ -379,7 +353,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         NVLINK_BANDWIDTH_KIND,
         "MB/s",
         "NVLink throughput over all links, received and transmitted (in MB/s).",
-        "nvlink_kib_per_second",
         native_unit="KiB/s",
         cadence=Cadence.SLOW,
         spelling_4_9=_spell(
@@ -396,7 +369,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "count",
         "vGPU license status (1 = licensed; 0 = not licensed, or licensing unsupported).",
-        "vgpu_license_status",
         cadence=Cadence.IDENTITY,
     ),
     _gpu(
@@ -412,7 +384,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "count",
         "Current clock event (throttle) reasons as an NVML bitmask.",
-        "clock_event_reasons",
         spelling_4_9=_spell(
             "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
             "count",
@@ -429,7 +400,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "counter",
         "count",
         "Total number of single-bit volatile ECC errors.",
-        "ecc_sbe_volatile",
         cadence=Cadence.SLOW,
     ),
     _gpu(
@@ -439,7 +409,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "counter",
         "count",
         "Total number of double-bit volatile ECC errors.",
-        "ecc_dbe_volatile",
         cadence=Cadence.SLOW,
     ),
     _gpu(
@@ -449,7 +418,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "counter",
         "count",
         "Total number of single-bit persistent ECC errors.",
-        "ecc_sbe_aggregate",
         cadence=Cadence.SLOW,
     ),
     _gpu(
@@ -459,7 +427,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "counter",
         "count",
         "Total number of double-bit persistent ECC errors.",
-        "ecc_dbe_aggregate",
         cadence=Cadence.SLOW,
     ),
     _gpu(
@@ -469,7 +436,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "counter",
         "count",
         "Number of remapped rows for uncorrectable errors.",
-        "remapped_rows_uncorrectable",
         cadence=Cadence.SLOW,
         spelling_4_9=_spell(
             "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL",
@@ -485,7 +451,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "counter",
         "count",
         "Number of remapped rows for correctable errors.",
-        "remapped_rows_correctable",
         cadence=Cadence.SLOW,
         spelling_4_9=_spell(
             "DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL",
@@ -501,7 +466,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "count",
         "Whether a row remapping is pending until the next GPU reset (1 = yes).",
-        "remapped_rows_pending",
         cadence=Cadence.SLOW,
     ),
     _gpu(
@@ -511,7 +475,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "count",
         "Whether remapping of rows has failed (1 = yes).",
-        "remapped_rows_failure",
         cadence=Cadence.SLOW,
         spelling_4_9=_spell(
             "DCGM_FI_DEV_ROW_REMAP_FAILED",
@@ -531,7 +494,6 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "gauge",
         "%",
         "Fan speed (in 0-100%).",
-        None,
         default=False,
         spelling_4_9=_spell(
             "DCGM_FI_DEV_FAN_SPEED_RATIO", "ratio", "Fan speed (ratio 0-1).", GO_DCGM_FIELD
@@ -552,7 +514,6 @@ def _prof(
     field_id: int,
     metric: str,
     help_text: str,
-    attribute: str,
     *,
     unit: str = "ratio",
     factor: float = PERCENT,
@@ -568,7 +529,6 @@ def _prof(
         help=help_text,
         scope=Scope.BOTH,
         cadence=Cadence.SAMPLER,
-        attribute=attribute,
         spelling_4_9=spelling_4_9,
     )
 
@@ -596,7 +556,6 @@ PROFILING_FIELDS: tuple[DcgmField, ...] = (
         1001,
         "NVML_GPM_METRIC_GRAPHICS_UTIL",
         _GR,
-        "graphics_active",
         spelling_4_9=_ratio("DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", _GR),
     ),
     _prof(
@@ -604,7 +563,6 @@ PROFILING_FIELDS: tuple[DcgmField, ...] = (
         1002,
         "NVML_GPM_METRIC_SM_UTIL",
         _SM,
-        "sm_active",
         spelling_4_9=_ratio("DCGM_FI_PROF_SM_UTIL_RATIO", _SM),
     ),
     _prof(
@@ -612,7 +570,6 @@ PROFILING_FIELDS: tuple[DcgmField, ...] = (
         1003,
         "NVML_GPM_METRIC_SM_OCCUPANCY",
         _OCC,
-        "sm_occupancy",
         spelling_4_9=_ratio("DCGM_FI_PROF_SM_OCCUPANCY_RATIO", _OCC),
     ),
     # Where DCGM reads profiling fields from GPM (Hopper and newer), field 1004 is GPM's "any
@@ -623,7 +580,6 @@ PROFILING_FIELDS: tuple[DcgmField, ...] = (
         1004,
         "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
         _TENSOR,
-        "tensor_active",
         spelling_4_9=_ratio("DCGM_FI_PROF_TENSOR_UTIL_RATIO", _TENSOR),
     ),
     _prof(
@@ -631,7 +587,6 @@ PROFILING_FIELDS: tuple[DcgmField, ...] = (
         1014,
         "NVML_GPM_METRIC_HMMA_TENSOR_UTIL",
         _HMMA,
-        "tensor_hmma_active",
         spelling_4_9=_ratio("DCGM_FI_PROF_HMMA_UTIL_RATIO", _HMMA),
     ),
     _prof(
@@ -639,7 +594,6 @@ PROFILING_FIELDS: tuple[DcgmField, ...] = (
         1013,
         "NVML_GPM_METRIC_IMMA_TENSOR_UTIL",
         _IMMA,
-        "tensor_imma_active",
         spelling_4_9=_ratio("DCGM_FI_PROF_IMMA_UTIL_RATIO", _IMMA),
     ),
     _prof(
@@ -647,7 +601,6 @@ PROFILING_FIELDS: tuple[DcgmField, ...] = (
         1015,
         "NVML_GPM_METRIC_DFMA_TENSOR_UTIL",
         _DFMA,
-        "tensor_dfma_active",
         spelling_4_9=_ratio("DCGM_FI_PROF_DFMA_UTIL_RATIO", _DFMA),
     ),
     _prof(
@@ -655,7 +608,6 @@ PROFILING_FIELDS: tuple[DcgmField, ...] = (
         1005,
         "NVML_GPM_METRIC_DRAM_BW_UTIL",
         _DRAM,
-        "dram_active",
         spelling_4_9=_ratio("DCGM_FI_PROF_DRAM_UTIL_RATIO", _DRAM),
     ),
     _prof(
@@ -663,7 +615,6 @@ PROFILING_FIELDS: tuple[DcgmField, ...] = (
         1006,
         "NVML_GPM_METRIC_FP64_UTIL",
         _FP64,
-        "fp64_active",
         spelling_4_9=_ratio("DCGM_FI_PROF_FP64_UTIL_RATIO", _FP64),
     ),
     _prof(
@@ -671,7 +622,6 @@ PROFILING_FIELDS: tuple[DcgmField, ...] = (
         1007,
         "NVML_GPM_METRIC_FP32_UTIL",
         _FP32,
-        "fp32_active",
         spelling_4_9=_ratio("DCGM_FI_PROF_FP32_UTIL_RATIO", _FP32),
     ),
     _prof(
@@ -679,7 +629,6 @@ PROFILING_FIELDS: tuple[DcgmField, ...] = (
         1008,
         "NVML_GPM_METRIC_FP16_UTIL",
         _FP16,
-        "fp16_active",
         spelling_4_9=_ratio("DCGM_FI_PROF_FP16_UTIL_RATIO", _FP16),
     ),
     _prof(
@@ -687,7 +636,6 @@ PROFILING_FIELDS: tuple[DcgmField, ...] = (
         1009,
         "NVML_GPM_METRIC_PCIE_TX_PER_SEC",
         "The rate of data transmitted over the PCIe bus, in bytes per second.",
-        "pcie_tx_bytes",
         unit="B/s",
         factor=MIB,
     ),
@@ -696,7 +644,6 @@ PROFILING_FIELDS: tuple[DcgmField, ...] = (
         1010,
         "NVML_GPM_METRIC_PCIE_RX_PER_SEC",
         "The rate of data received over the PCIe bus, in bytes per second.",
-        "pcie_rx_bytes",
         unit="B/s",
         factor=MIB,
     ),
@@ -705,7 +652,6 @@ PROFILING_FIELDS: tuple[DcgmField, ...] = (
         1011,
         "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC",
         "The rate of data transmitted over NVLink, in bytes per second.",
-        "nvlink_tx_bytes",
         unit="B/s",
         factor=MIB,
     ),
@@ -714,7 +660,6 @@ PROFILING_FIELDS: tuple[DcgmField, ...] = (
         1012,
         "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC",
         "The rate of data received over NVLink, in bytes per second.",
-        "nvlink_rx_bytes",
         unit="B/s",
         factor=MIB,
     ),

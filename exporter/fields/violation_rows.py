@@ -62,7 +62,6 @@ def _row(
         help=help_text,
         scope=Scope.GPU,
         cadence=Cadence.SLOW,
-        attribute=None,
         default=True,
         spelling_4_9=spelling_4_9,
     )

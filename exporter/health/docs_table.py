@@ -1,10 +1,10 @@
 """docs/health.md's reason table, made from exporter/health/reasons.py alone: `make bundle`
 writes it between its markers and `python -m bundle.render --check` fails where the page and the
-table differ, as for the field table (exporter/fields/docs_table.py)."""
+table differ, as for the field table (exporter/docs_table.py)."""
 
 from __future__ import annotations
 
-from exporter.fields.docs_table import Block
+from exporter.docs_table import Block
 from exporter.health.reasons import DOCUMENTED_XIDS, HEALTHY, REASONS, Reason, xid_reason
 
 

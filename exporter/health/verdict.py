@@ -30,6 +30,9 @@ from exporter.health.reasons import (
 from exporter.snapshot import GpuReadings, GpuSnapshot, NodeSnapshot
 
 RECOVERY_ACTION = "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION"
+ECC_DBE_VOLATILE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+ROW_REMAP_PENDING = "DCGM_FI_DEV_ROW_REMAP_PENDING"
+ROW_REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
 # Answered by boards that retire pages (Turing and older); the others refuse it.
 RETIRED_PENDING = "DCGM_FI_DEV_RETIRED_PENDING"
 # The rows the verdict needs whether or not a --collectors file lists them (device_reader
@@ -98,24 +101,25 @@ def _reasons(gpu: GpuSnapshot, now: float) -> Iterator[Reason]:
 
 
 def _reading_reasons(r: GpuReadings) -> Iterator[Reason]:
-    action = r.extra_value(RECOVERY_ACTION)
+    values = r.values
+    action = values.get(RECOVERY_ACTION)
     if action is not None and int(action) in RECOVERY_REASONS:
         yield RECOVERY_REASONS[int(action)]
-    if r.ecc_dbe_volatile:
+    if values.get(ECC_DBE_VOLATILE):
         yield BY_NAME["ecc_dbe_volatile"]
-    if r.remapped_rows_pending:
+    if values.get(ROW_REMAP_PENDING):
         yield BY_NAME["row_remap_pending"]
-    if r.remapped_rows_failure:
+    if values.get(ROW_REMAP_FAILURE):
         yield BY_NAME["row_remap_failure"]
-    if r.extra_value(RETIRED_PENDING):
+    if values.get(RETIRED_PENDING):
         yield BY_NAME["retired_pages_pending"]
-    mask = r.extra_value(FABRIC_HEALTH_MASK)
+    mask = values.get(FABRIC_HEALTH_MASK)
     if mask is not None:
         if any(fabric_health.BY_NAME[n].holds(int(mask)) for n in _UNHEALTHY):
             yield BY_NAME["fabric_unhealthy"]
         if any(fabric_health.BY_NAME[n].holds(int(mask)) for n in _DEGRADED):
             yield BY_NAME["fabric_degraded"]
-    if r.extra_value(FABRIC_STATUS) == FABRIC_COMPLETED_WITH_ERROR:
+    if values.get(FABRIC_STATUS) == FABRIC_COMPLETED_WITH_ERROR:
         yield BY_NAME["fabric_registration_failed"]
     if _below(r, PCIE_LINK_WIDTH, PCIE_MAX_LINK_WIDTH) or (
         _busy(r) and _below(r, PCIE_LINK_GEN, PCIE_MAX_LINK_GEN)
@@ -137,7 +141,7 @@ def _busy(r: GpuReadings) -> bool:
 
 
 def _below(r: GpuReadings, current: str, maximum: str) -> bool:
-    now, best = r.extra_value(current), r.extra_value(maximum)
+    now, best = r.values.get(current), r.values.get(maximum)
     # A link that reads 0 is one NVML could not measure (a board in a low-power state), not one
     # trained at nothing.
     return now is not None and best is not None and 0 < now < best

@@ -41,32 +41,27 @@ from exporter.nvml.guarded_calls import Alternative, GuardedNvml
 from exporter.nvml.nvlink_rate import NvlinkRate, NvlinkSample
 from exporter.nvml.power_bounds import ceiling_mw, rejection
 from exporter.nvml.rejected_readings import RejectedReadings
-from exporter.nvml.struct_views import view
 from exporter.scrape_cadence import ScrapeCadence
 from exporter.snapshot import FabricDomain, GpuIdentity, GpuReadings
-
-
-def _key(row: DcgmField) -> str:
-    """Where a row's value goes: its GpuReadings attribute, else GpuReadings.extra by name."""
-    return row.attribute or row.name
+from exporter.struct_views import view
 
 
 def _field_values(rows: Iterable[DcgmField]) -> dict[int, str]:
     return {
-        row.source.nvml_field_id: _key(row)
+        row.source.nvml_field_id: row.name
         for row in rows
         if isinstance(row.source, FieldValue) and not row.source.per_link
     }
 
 
 _DEFAULT_ROWS = tuple(row for row in GPU_FIELDS if row.default)
-# NVML field id -> GpuReadings attribute, for the default rows read at the slow fields' cadence
+# NVML field id -> row name, for the default rows read at the slow fields' cadence
 # (scrape_cadence.py): the energy counter (4 ms of CPU per read on an H200), the PCIe replay
 # counter (150 µs), and ECC totals and row remapping, which change on the scale of hours.
 SLOW_FIELDS: dict[int, str] = _field_values(
     row for row in _DEFAULT_ROWS if row.cadence in (Cadence.SLOW, Cadence.ENERGY)
 )
-# NVML field id -> GpuReadings attribute, for every single-scope field the default batch carries.
+# NVML field id -> row name, for every single-scope field the default batch carries.
 BATCHED_FIELDS: dict[int, str] = _field_values(_DEFAULT_ROWS)
 # Board power as nvmlDeviceGetPowerUsage reports it: the 1 s average on Ampere (GA100 excepted)
 # and newer, the instantaneous draw on the others (docs/nvml.md, 'Power fields'). The batch asks
@@ -75,9 +70,12 @@ BATCHED_FIELDS: dict[int, str] = _field_values(_DEFAULT_ROWS)
 POWER_AVERAGE = getattr(pynvml, "NVML_FI_DEV_POWER_AVERAGE", 185)
 POWER_INSTANT = getattr(pynvml, "NVML_FI_DEV_POWER_INSTANT", 186)
 _POWER_FIELDS: dict[int, str] = {POWER_AVERAGE: "_power_average", POWER_INSTANT: "_power_instant"}
+# The per-link NVLink data counters, under keys of their own (no row's value: GpuReadings'
+# nvlink_tx_kib and nvlink_rx_kib, and what the NVLink rate comes from).
+_NVLINK_TX, _NVLINK_RX = "_nvlink_tx_kib", "_nvlink_rx_kib"
 NVLINK_FIELDS: dict[int, str] = {
-    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: "nvlink_tx_kib",
-    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: "nvlink_rx_kib",
+    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: _NVLINK_TX,
+    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: _NVLINK_RX,
 }
 _UNION_MEMBER = {
     pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
@@ -106,13 +104,17 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-_NVLINK_ATTRIBUTES = frozenset(NVLINK_FIELDS.values())
-# The GpuReadings attribute of the GPU's NVLink domain (the fabric call, not a row).
-_FABRIC_DOMAIN = "fabric_domain"
+_NVLINK_KEYS = frozenset(NVLINK_FIELDS.values())
+# The key of the GPU's NVLink domain (the fabric call, not a row) among the values read.
+_FABRIC_DOMAIN = "_fabric_domain"
 _POWER_ROW = BY_NAME["DCGM_FI_DEV_POWER_USAGE"]
 _NVLINK_ROW = BY_NAME["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"]
 _ENERGY_ROW = BY_NAME["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]
-ENERGY_ATTRIBUTE = _key(_ENERGY_ROW)
+_POWER_LIMITS = tuple(
+    BY_NAME[name].name
+    for name in ("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "DCGM_FI_DEV_POWER_MGMT_LIMIT")
+)
+_VGPU_LICENSE = BY_NAME["DCGM_FI_DEV_VGPU_LICENSE_STATUS"].name
 FieldRequest = int | tuple[int, int]
 
 # Read-cadence groups: every sweep, the slow fields, the energy counter, or one field's own
@@ -125,18 +127,19 @@ class _FieldPlan:
     """Which batched fields are worth asking this device for; shrinks as NVML says no."""
 
     request: list[FieldRequest]
-    attributes: list[str]
+    # Where each entry's value goes among the values read (a row's name, or an NVLink counter's).
+    keys: list[str]
     groups: list[str]
     # Per position, whether it is a per-link NVLink counter (worked out once, not per sweep).
     nvlink: list[bool] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.nvlink = [attribute in _NVLINK_ATTRIBUTES for attribute in self.attributes]
+        self.nvlink = [key in _NVLINK_KEYS for key in self.keys]
 
     def keep(self, positions: list[int]) -> _FieldPlan:
         return _FieldPlan(
             [self.request[i] for i in positions],
-            [self.attributes[i] for i in positions],
+            [self.keys[i] for i in positions],
             [self.groups[i] for i in positions],
         )
 
@@ -192,7 +195,7 @@ class _GetterRead:
         getter = row.source
         assert isinstance(getter, Getter)
         return cls(
-            _key(row),
+            row.name,
             group,
             getter.key,
             getter.functions,
@@ -254,7 +257,7 @@ class DeviceReader:
         # energy estimate is worked out every sweep instead.
         self._kept_keys: dict[str, frozenset[str]] = {}
         for row in self._rows:
-            keys = {_key(row)} | (_NVLINK_ATTRIBUTES if row is _NVLINK_ROW else set())
+            keys = {row.name} | (_NVLINK_KEYS if row is _NVLINK_ROW else set())
             if row is _ENERGY_ROW and energy is not None:
                 continue
             group = self._group[row.name]
@@ -266,16 +269,14 @@ class DeviceReader:
             for row in self._rows
             if isinstance(row.source, Getter)
         )
-        # Rows without a GpuReadings attribute: their values go to GpuReadings.extra by name.
-        self._extra_keys = frozenset(row.name for row in self._rows if row.attribute is None)
         self._batched = {
-            row.source.nvml_field_id: (_key(row), self._group[row.name])
+            row.source.nvml_field_id: (row.name, self._group[row.name])
             for row in self._rows
             if isinstance(row.source, FieldValue) and not row.source.per_link
         }
         # Fields asked once per link (scopeId = link) and summed, as the NVLink rate's are.
         self._per_link = {
-            row.source.nvml_field_id: (_key(row), self._group[row.name])
+            row.source.nvml_field_id: (row.name, self._group[row.name])
             for row in self._rows
             if isinstance(row.source, FieldValue) and row.source.per_link
         }
@@ -373,24 +374,22 @@ class DeviceReader:
             self._rejected.record(uuid, _POWER_ROW.name, reason, power)
             power = None
         if power is not None:
-            values[_key(_POWER_ROW)] = power
+            values[_POWER_ROW.name] = power
         if batch.nvlink_failed:
             # A sum over only some links would look like a counter going backwards.
-            for attribute in _NVLINK_ATTRIBUTES:
-                batched.pop(attribute, None)
+            for key in _NVLINK_KEYS:
+                batched.pop(key, None)
         elif batch.nvlink_ok:
-            values[_key(_NVLINK_ROW)] = self._nvlink_rate.update(
+            values[_NVLINK_ROW.name] = self._nvlink_rate.update(
                 uuid,
                 NvlinkSample(
-                    total_kib=int(
-                        batched.get("nvlink_tx_kib", 0) + batched.get("nvlink_rx_kib", 0)
-                    ),
+                    total_kib=int(batched.get(_NVLINK_TX, 0) + batched.get(_NVLINK_RX, 0)),
                     counters=batch.nvlink_ok,
                     timestamp_us=batch.nvlink_timestamp_us,
                     monotonic_s=time.monotonic(),
                 ),
             )
-        energy_read = batched.pop(ENERGY_ATTRIBUTE, None) if self._energy is not None else None
+        energy_read = batched.pop(_ENERGY_ROW.name, None) if self._energy is not None else None
         values.update(batched)
         self._keep(uuid, values, due, batch.answered)
         if self._energy is not None:
@@ -399,20 +398,20 @@ class DeviceReader:
             # Only power sampled in this very sweep carries the counter: a power row on a slower
             # cadence of its own leaves the counter to its own reads.
             sampled = power if power_group == SWEEP else None
-            values[ENERGY_ATTRIBUTE] = self._energy.update(uuid, sampled, counter_mj, ceiling)
+            values[_ENERGY_ROW.name] = self._energy.update(uuid, sampled, counter_mj, ceiling)
         with self._plans_lock:
-            values["vgpu_license_status"] = self._licence.get(uuid)
-        extra = {k: values.pop(k) for k in self._extra_keys & values.keys()}
-        return GpuReadings(
-            **{k: v for k, v in values.items() if v is not None},
-            extra=tuple(sorted((k, v) for k, v in extra.items() if v is not None)),
-        )
+            values[_VGPU_LICENSE] = self._licence.get(uuid)
+        tx, rx = values.pop(_NVLINK_TX, None), values.pop(_NVLINK_RX, None)
+        domain = values.pop(_FABRIC_DOMAIN, None)
+        # Every other key is a row's name.
+        rows = MappingProxyType({k: v for k, v in values.items() if v is not None})
+        return GpuReadings(rows, tx, rx, domain)
 
     def _power_ceiling(self, uuid: str, values: Mapping[str, Any]) -> float:
         """The most this board can draw, as far as its limits tell, raised by any limit read
         this sweep (the limits can be set above the maximum the board gave at start only by a
         new driver, but a board with no maximum at all has only these)."""
-        limits = (values.get("enforced_power_limit_mw"), values.get("power_limit_mw"))
+        limits = tuple(values.get(name) for name in _POWER_LIMITS)
         with self._plans_lock:
             known = self._power_limits.get(uuid)
             if any(limit is not None for limit in limits):
@@ -480,8 +479,8 @@ class DeviceReader:
         refused: list[int] = []
         # Counted in locals, not on the batch: this loop runs once per field per GPU per sweep.
         nvlink_ok = nvlink_failed = newest_us = 0
-        rows = zip(view(entries), plan.attributes, plan.nvlink, strict=True)
-        for position, (entry, attribute, nvlink) in enumerate(rows):
+        rows = zip(view(entries), plan.keys, plan.nvlink, strict=True)
+        for position, (entry, key, nvlink) in enumerate(rows):
             value = field_value(entry)
             if value is None:
                 if entry.nvmlReturn in _REFUSED:
@@ -496,7 +495,7 @@ class DeviceReader:
                 if stamp > newest_us:
                     newest_us = stamp
             # NVLink counters come per link; everything else once.
-            out[attribute] = out.get(attribute, 0) + value
+            out[key] = out.get(key, 0) + value
         batch.nvlink_ok, batch.nvlink_failed, batch.nvlink_timestamp_us = (
             nvlink_ok,
             nvlink_failed,
@@ -504,7 +503,7 @@ class DeviceReader:
         )
         if refused:
             self._drop_from_plan(uuid, {plan.request[i] for i in refused})
-            if any(plan.attributes[i] in _NVLINK_ATTRIBUTES for i in refused):
+            if any(plan.keys[i] in _NVLINK_KEYS for i in refused):
                 # Fewer links from now on: this sum is not comparable with the next one.
                 batch.nvlink_failed += 1
         return batch
@@ -540,20 +539,20 @@ class DeviceReader:
             **{field_id: (attr, power_group) for field_id, attr in _POWER_FIELDS.items()},
         }
         request: list[FieldRequest] = list(entries)
-        attributes = [attribute for attribute, _group in entries.values()]
-        groups = [group for _attribute, group in entries.values()]
+        keys = [key for key, _group in entries.values()]
+        groups = [group for _key, group in entries.values()]
         nvlink_group = self._group.get(_NVLINK_ROW.name)
         if nvlink_group is not None or self._per_link:
             links = self._nvlink_count(uuid, handle)
             per_link = dict(self._per_link)
             if nvlink_group is not None:
-                per_link.update({fid: (attr, nvlink_group) for fid, attr in NVLINK_FIELDS.items()})
+                per_link.update({fid: (key, nvlink_group) for fid, key in NVLINK_FIELDS.items()})
             for link in range(links):
-                for field_id, (attribute, group) in per_link.items():
+                for field_id, (key, group) in per_link.items():
                     request.append((field_id, link))
-                    attributes.append(attribute)
+                    keys.append(key)
                     groups.append(group)
-        plans = _FieldPlans(_FieldPlan(request, attributes, groups))
+        plans = _FieldPlans(_FieldPlan(request, keys, groups))
         with self._plans_lock:
             self._plans[uuid] = plans
         return plans

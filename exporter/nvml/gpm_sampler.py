@@ -20,6 +20,7 @@ import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 import pynvml
@@ -31,18 +32,18 @@ from exporter.nvml.binding import GPU_GONE, PERMANENTLY_UNAVAILABLE, NVMLError, 
 from exporter.nvml.guarded_calls import GuardedNvml
 from exporter.nvml.helper import LiveGpu, PeriodicHelper
 from exporter.nvml.rejected_readings import NOT_FINITE, RejectedReadings
-from exporter.nvml.struct_views import plain_type
 from exporter.scrape_cadence import ScrapeCadence
 from exporter.snapshot import GpuSnapshot, ProfilingReadings
+from exporter.struct_views import plain_type
 
 log = logging.getLogger(__name__)
 
-# (GPM metric id, ProfilingReadings field, factor from GPM's unit to dcgm-exporter's, DCGM field
-# name), from the field table's GPM rows (docs/nvml.md, 'GPM').
-METRICS: tuple[tuple[int, str, float, str], ...] = tuple(
-    (row.source.metric_id, row.attribute, row.source.factor, row.name)
+# (GPM metric id, factor from GPM's unit to dcgm-exporter's, DCGM field name: the key of its
+# value in ProfilingReadings), from the field table's GPM rows (docs/nvml.md, 'GPM').
+METRICS: tuple[tuple[int, float, str], ...] = tuple(
+    (row.source.metric_id, row.source.factor, row.name)
     for row in PROFILING_FIELDS
-    if isinstance(row.source, Gpm) and row.attribute is not None
+    if isinstance(row.source, Gpm)
 )
 
 # A GPU to sample: the whole board, or each of its MIG GPU instances.
@@ -293,7 +294,7 @@ class GpmSampler(PeriodicHelper):
         self._nvml.raw("nvmlGpmMetricsGet", request)
         values: dict[str, float] = {}
         rows = zip(request.metrics, METRICS, strict=False)
-        for metric, (_metric_id, name, factor, field_name) in rows:
+        for metric, (_metric_id, factor, field_name) in rows:
             if metric.nvmlReturn != pynvml.NVML_SUCCESS:
                 continue
             value = metric.value * factor
@@ -303,8 +304,8 @@ class GpmSampler(PeriodicHelper):
                 self._rejected.record(uuid, field_name, NOT_FINITE, value)
                 continue
             # GPM differences two samples; a counter that wrapped reads below zero.
-            values[name] = max(0.0, value)
-        return ProfilingReadings(**values)
+            values[field_name] = max(0.0, value)
+        return ProfilingReadings(MappingProxyType(values))
 
     def _free(self, driver: _DriverState, keys: list[EntityKey]) -> None:
         for key in keys:

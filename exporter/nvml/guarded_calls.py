@@ -44,10 +44,6 @@ class GuardedNvml:
             for k in [k for k in self._unavailable if k[0] == uuid]:
                 del self._unavailable[k]
 
-    def unavailable_calls(self, uuid: str) -> dict[str, str]:
-        with self._lock:
-            return {key: err for (u, key), err in self._unavailable.items() if u == uuid}
-
     def call(self, uuid: str, key: str, function: str, *args: Any, **kwargs: Any) -> Any | None:
         return self.first_available(uuid, key, [(function, args, kwargs)])
 

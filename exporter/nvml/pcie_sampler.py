@@ -17,7 +17,7 @@ from exporter.clock import SYSTEM_CLOCK, Clock
 from exporter.nvml.binding import GPU_GONE, NVMLError
 from exporter.nvml.guarded_calls import GuardedNvml
 from exporter.nvml.helper import LiveGpu, PeriodicHelper
-from exporter.snapshot import GpuSnapshot
+from exporter.snapshot import PCIE_RX_THROUGHPUT, PCIE_TX_THROUGHPUT, GpuSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,8 @@ class PcieSampler(PeriodicHelper):
         if reading is None or gpu.readings is None:
             return gpu
         tx, rx = reading
-        return replace(gpu, readings=replace(gpu.readings, pcie_tx_kbps=tx, pcie_rx_kbps=rx))
+        readings = gpu.readings.with_values({PCIE_TX_THROUGHPUT: tx, PCIE_RX_THROUGHPUT: rx})
+        return replace(gpu, readings=readings)
 
     def sample_once(self) -> None:
         with self._lock:

@@ -11,6 +11,7 @@ from exporter.dra.names import NVIDIA_GPU_DRIVER
 from exporter.dra.resolve import (
     FOREIGN_DRIVER,
     SLICE_CONFLICT,
+    DraDeviceInUse,
     DraIndex,
     DraTarget,
     SliceMap,
@@ -56,16 +57,6 @@ class Holder:
     # Set for a device held through a DRA claim: then `resource` is the driver's name and
     # `device_id` the DRA device name.
     dra: DraClaimDevice | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class DraDeviceInUse:
-    """One distinct device of NVIDIA's GPU DRA driver that containers on this node use."""
-
-    pool: str
-    device: str
-    resource: str  # as the capacity families count it (dra.resolve.dra_resource)
-    key: DeviceKey | None  # None: it did not resolve to an NVML device
 
 
 @dataclass(frozen=True, slots=True)

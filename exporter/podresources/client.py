@@ -34,7 +34,6 @@ from exporter.scrape_cadence import ScrapeCadence
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # Busy nodes exceed gRPC's 4 MiB default (#509) and the kubelet's own client stops at 16 MiB.
 # Twice that lets a 16 MiB List through with room, while bounding what one answer can cost us:
 # the received bytes plus the parsed message, about three times the size, until the sweep ends.

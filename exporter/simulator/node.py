@@ -17,7 +17,8 @@ from pathlib import Path
 from exporter.config import Config
 from exporter.errors import ConfigurationError
 from exporter.fields.collectors_file import read_collectors_file
-from exporter.fields.flags import log_selection, with_selection
+from exporter.fields.flags import log_selection
+from exporter.flags.selection import with_selection
 from exporter.node_backend import NodeBackend
 from exporter.simulator.control import PREFIX, add_control_routes
 from exporter.simulator.fake_kubelet import FakeKubelet

@@ -57,7 +57,6 @@ _COMMS = {"training": "pt_main_thread", "inference": "tritonserver", "batch": "p
 HELPER_COMM = "python3"
 # Kubernetes QoS class of the pods per kind of work: it decides the pod's cgroup parent.
 _QOS = {"training": "guaranteed", "inference": "burstable", "batch": "besteffort"}
-QOS_CLASSES = ("guaranteed", "burstable", "besteffort")
 
 
 def _unit(seed: int, *parts: object) -> float:

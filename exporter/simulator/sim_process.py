@@ -14,7 +14,7 @@ class SimContainer:
     pod_uid: str
     name: str
     container_id: str
-    qos: str  # one of processes.QOS_CLASSES
+    qos: str  # guaranteed, burstable or besteffort (processes._QOS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,7 @@ def tray(tmp_path_factory) -> Iterator[LocalStack]:
             tmp_path_factory.mktemp("gb200"),
             DEFAULT,
             ksm,
-            exporter_args=("--simulate", FLEET, "--collector.slow-fields-interval=1s"),
+            exporter_args=("--simulate", FLEET, "--collector.field-interval=slow-fields=1s"),
         ) as stack:
             yield stack
     finally:

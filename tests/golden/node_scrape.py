@@ -23,9 +23,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from exporter.app import attribution_sources, exposition_store, with_node_name
-from exporter.cli import parse_config
 from exporter.config import Config
 from exporter.dcgm_compat import DEFAULT_VERSION, PROFILES, DcgmVersion, Profile
+from exporter.flags.settings import parse_config
 from exporter.nvml.source import NvmlSource
 from exporter.poller import Poller
 from exporter.server import build_app
@@ -101,8 +101,8 @@ def scrape(golden: Golden) -> str:
             f"--compat.dcgm-exporter={golden.dcgm.value}",
             # Every field in each of the scrape's few sweeps, so that rates such as NVLink's
             # (two reads apart) are in the golden as on a node that has run for a while.
-            "--collector.slow-fields-interval=0s",
-            "--collector.energy-read-interval=0s",
+            "--collector.field-interval=slow-fields=0s",
+            "--collector.field-interval=energy-counter=0s",
         ]
         api = None
         if golden.kubernetes:

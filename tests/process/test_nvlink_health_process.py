@@ -34,7 +34,7 @@ def tray() -> Iterator[str]:
             "--collector.interval=1s",
             # The Blackwell counters, the fabric and the recovery action are slow fields: read
             # every sweep here, as when the exporter reads them is test_scrape_cadence.py's.
-            "--collector.slow-fields-interval=0s",
+            "--collector.field-interval=slow-fields=0s",
         ],
         cwd=REPO,
         stdout=subprocess.DEVNULL,

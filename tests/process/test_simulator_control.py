@@ -24,7 +24,7 @@ def exporter() -> Iterator[str]:
     """One simulated exporter for the module; each test breaks a GPU of its own."""
     # ECC counts are slow fields, read every 10 s by default: every sweep here, since when the
     # exporter reads them is tests/unit/test_scrape_cadence.py's subject, not this module's.
-    proc, base = start_exporter("--collector.slow-fields-interval=0s")
+    proc, base = start_exporter("--collector.field-interval=slow-fields=0s")
     try:
         # XIDs are events: one sent before the watcher has registered is lost, as with NVML.
         ready = ('kube_gpu_exporter_collector_success{collector="xid"} 1', "allocatable_units{")

@@ -10,7 +10,7 @@ from pathlib import Path
 from exporter.app import renderer_for
 from exporter.attribution.context import NO_CONTEXT
 from exporter.attribution.join import join
-from exporter.cli import parse_config
+from exporter.flags.settings import parse_config
 from exporter.poller import Poller
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.fleet import FleetSpec, default_fleet

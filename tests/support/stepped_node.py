@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from exporter.app import attribution_sources, exposition_store, with_node_name
-from exporter.cli import parse_config
 from exporter.config import CollectionConfig
 from exporter.exposition.store import ExpositionStore
+from exporter.flags.settings import parse_config
 from exporter.poller import Poller
 from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.fleet import default_fleet

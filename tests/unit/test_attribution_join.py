@@ -48,7 +48,9 @@ def _gpu(index: int, uuid: str, processes: tuple[GpuProcess, ...] | None = None)
             minor_number=index,
         ),
         up=True,
-        readings=GpuReadings(temperature_c=40, gpu_util_pct=60, fb_used_bytes=12 * GIB),
+        readings=GpuReadings.of(
+            DCGM_FI_DEV_GPU_TEMP=40, DCGM_FI_DEV_GPU_UTIL=60, DCGM_FI_DEV_FB_USED=12 * GIB
+        ),
         processes=processes,
     )
 

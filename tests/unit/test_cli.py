@@ -15,10 +15,11 @@ from collections.abc import Iterator
 import bcrypt
 import pytest
 
-from exporter.cli import env_name, parse_config
 from exporter.config import HostLabel
 from exporter.dcgm_compat import PROFILES, DcgmVersion
 from exporter.durations import parse_duration
+from exporter.flags.model import env_name
+from exporter.flags.settings import parse_config
 from exporter.password_hash import PasswordError, read_password
 from exporter.webconfig.parse import load_web_config
 from tests.conftest import REPO
@@ -44,6 +45,7 @@ def assert_one_error_line(stderr: str, mentions: str) -> None:
 
 BAD_INPUT = [
     (["--collectors=/nonexistent/fields.csv"], {}, "collectors file /nonexistent/fields.csv"),
+    (["--config.file=/nonexistent/flags.yaml"], {}, "--config.file"),
     (["--xid-count-window-size=0"], {}, "--xid-count-window-size"),
     (["--clock-events-count-window-size=soon"], {}, "--clock-events-count-window-size"),
     (["--collector.field-interval=DCGM_FI_NOPE=1s"], {}, "--collector.field-interval"),
@@ -129,7 +131,7 @@ def test_process_cases_are_bad_input_cases():
 
 def test_every_flag_that_takes_a_value_has_a_bad_value_case():
     """Adding a flag without a bad-value case above fails here."""
-    from exporter.cli import build_parser
+    from exporter.flags.parser import build_parser
 
     tested = {word.split("=")[0] for args, _, _ in BAD_INPUT for word in args}
     takes_value = {

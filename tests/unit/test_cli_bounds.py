@@ -17,12 +17,21 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import DURATION_BOUNDS, UsageError, build_parser, env_name, parse_config
 from exporter.durations import format_duration
 from exporter.errors import SHOWN_CHARS, one_line, quoted
-from exporter.fields.flags import MAX_COUNT_WINDOW_MS, MAX_FIELD_INTERVAL_SECONDS, UPSTREAM_ENV
+from exporter.fields.flags import MAX_COUNT_WINDOW_MS, MAX_FIELD_INTERVAL_SECONDS
+from exporter.flags.model import Kind, env_name
+from exporter.flags.parser import UsageError, build_parser
+from exporter.flags.settings import parse_config
+from exporter.flags.table import FLAGS
+from exporter.flags.upstream import UPSTREAM_ENV
 from exporter.logs import JsonFormatter, LogfmtFormatter
 
+DURATION_BOUNDS = {
+    flag.name: flag.bounds for flag in FLAGS if flag.kind is Kind.DURATION and flag.bounds
+}
+# The dcgm-exporter variables that set a flag of ours.
+UPSTREAM_VARIABLE = {row.flag: row.env for row in UPSTREAM_ENV if row.translate is not None}
 FIELD = "DCGM_FI_DEV_GPU_TEMP"
 FIELD_INTERVAL = "--collector.field-interval"
 WINDOWS = ("--xid-count-window-size", "--clock-events-count-window-size")
@@ -104,8 +113,8 @@ def test_each_hostile_value_is_one_line_naming_the_flag_and_the_bound(cli, case,
 @pytest.mark.parametrize("value", [str(10**400), "nan", "5\nx"], ids=["digits", "nan", "newline"])
 def test_from_the_environment_the_line_names_the_variable(cli, case, value):
     variables = [env_name(case.flag)]
-    if case.flag in UPSTREAM_ENV:
-        variables.append(UPSTREAM_ENV[case.flag])
+    if case.flag in UPSTREAM_VARIABLE:
+        variables.append(UPSTREAM_VARIABLE[case.flag])
     for variable in variables:
         code, _, err = cli(GUARD, env={variable: f"{case.prefix}{value}"})
         assert code == 2
@@ -311,11 +320,9 @@ def test_a_hostile_path_in_a_start_up_warning_stays_in_its_record(cli, tmp_path:
 def test_the_configuration_page_states_each_bound():
     from tests.conftest import REPO
 
-    rows = [
-        line
-        for line in (REPO / "docs" / "configuration.md").read_text().splitlines()
-        if line.startswith("| `-") and " to " in line
-    ]
+    page = (REPO / "docs" / "configuration.md").read_text()
+    section = page[page.index("### Bounds") :].split("\n### ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `-") and " to " in line]
 
     def row_of(flag: str) -> str:
         [row] = [row for row in rows if f"`{flag}`" in row]

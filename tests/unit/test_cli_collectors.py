@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import build_parser, parse_config
 from exporter.config import CollectionConfig, LabelConfig
+from exporter.flags.parser import build_parser
+from exporter.flags.settings import parse_config
 from tests.conftest import REPO
 
 DEFAULT_COUNTERS = REPO / "tests" / "fixtures" / "dcgm-exporter" / "default-counters.csv"
@@ -262,7 +263,7 @@ def test_field_intervals_from_the_environment():
 )
 def test_the_energy_fields_interval_is_the_energy_read_interval(name):
     collection = config(
-        "--collector.energy-read-interval=90s", f"--collector.field-interval={name}=2m"
+        "--collector.field-interval=energy-counter=90s", f"--collector.field-interval={name}=2m"
     ).collection
     assert collection.energy_read_interval_seconds == 120.0
     assert collection.field_intervals == ()
@@ -276,7 +277,7 @@ def test_the_energy_fields_interval_is_the_energy_read_interval(name):
         ("DCGM_FI_DEV_PSTATE=1s", "is a DCGM field this exporter does not read"),
         ("DCGM_FI_PROF_SM_ACTIVE=1s", "GPM sampler"),
         ("DCGM_FI_PROF_SM_UTIL_RATIO=1s", "GPM sampler"),
-        ("DCGM_FI_DEV_PCIE_TX_THROUGHPUT=1s", "--collector.pcie-interval"),
+        ("DCGM_FI_DEV_PCIE_TX_THROUGHPUT=1s", "set pcie-sampler=SECONDS instead"),
         ("DCGM_FI_DEV_XID_ERRORS=1s", "--collector.xid"),
         ("DCGM_EXP_CLOCK_EVENTS_TOTAL=1s", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
         ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS=30s", "the clock-event counts sample it"),

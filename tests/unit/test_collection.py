@@ -33,27 +33,27 @@ def test_default_node_sweep(sim, make_poller):
     assert whole.identity.name == "NVIDIA H100 80GB HBM3"
     assert whole.identity.mig_enabled is False
     r = whole.readings
-    for field in (
-        "temperature_c",
-        "memory_temperature_c",
-        "gpu_util_pct",
-        "mem_copy_util_pct",
-        "encoder_util_pct",
-        "decoder_util_pct",
-        "power_mw",
-        "power_limit_mw",
-        "energy_mj",
-        "sm_clock_mhz",
-        "mem_clock_mhz",
-        "clock_event_reasons",
-        "ecc_sbe_volatile",
-        "ecc_dbe_aggregate",
-        "remapped_rows_correctable",
-        "pcie_replay_count",
-        "nvlink_tx_kib",
-        "fb_reserved_bytes",
+    for name in (
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_MEMORY_TEMP",
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "DCGM_FI_DEV_ENC_UTIL",
+        "DCGM_FI_DEV_DEC_UTIL",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_POWER_MGMT_LIMIT",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "DCGM_FI_DEV_SM_CLOCK",
+        "DCGM_FI_DEV_MEM_CLOCK",
+        "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "DCGM_FI_DEV_FB_RESERVED",
     ):
-        assert getattr(r, field) is not None, field
+        assert name in r.values, name
+    assert r.nvlink_tx_kib is not None
     assert r.fb_total_bytes == 81559 * MIB
     assert r.fb_used_bytes + r.fb_free_bytes + r.fb_reserved_bytes == r.fb_total_bytes
     assert r.power_limit_mw == 700_000
@@ -74,9 +74,9 @@ def test_mig_instances_are_enumerated_with_profiles_and_memory(sim, make_poller)
         assert inst.fb_used_bytes + inst.fb_free_bytes == inst.fb_total_bytes
     # Utilization does not exist on a MIG-enabled board; board values still do.
     assert gpu6.readings.gpu_util_pct is None
-    assert gpu6.readings.temperature_c is not None
+    assert gpu6.readings.values.get("DCGM_FI_DEV_GPU_TEMP") is not None
     # Row remapping is NOT_SUPPORTED while instances exist.
-    assert gpu6.readings.remapped_rows_correctable is None
+    assert gpu6.readings.values.get("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS") is None
 
 
 def test_unsupported_calls_are_remembered_not_retried(make_sim, make_poller):
@@ -97,8 +97,9 @@ def test_unsupported_calls_are_remembered_not_retried(make_sim, make_poller):
     assert sim.calls["nvmlDeviceGetTemperature"] == 4 * 2
     snap = poller.sweep()
     assert snap.gpus[0].identity.mig_enabled is None
-    assert snap.gpus[0].readings.memory_temperature_c is None  # GDDR6: no memory sensor
-    assert snap.gpus[0].readings.remapped_rows_uncorrectable is None  # Turing
+    values = snap.gpus[0].readings.values
+    assert "DCGM_FI_DEV_MEMORY_TEMP" not in values  # GDDR6: no memory sensor
+    assert "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS" not in values  # Turing
     errors = dict(snap.nvml_errors)
     assert errors[("nvmlDeviceGetMigMode", "NOT_SUPPORTED")] == 2
 
@@ -325,7 +326,7 @@ def test_pcie_throughput_is_sampled_off_the_sweep(sim):
     # On a clock nobody moves, the sampler's only round is the one the first sweep asks for.
     with poller_on(ManualClock(), sim, config) as poller:
 
-        def pcie_tx(snap: NodeSnapshot, index: int) -> int | None:
+        def pcie_tx(snap: NodeSnapshot, index: int) -> float | None:
             readings = snap.gpus[index].readings
             assert readings is not None
             return readings.pcie_tx_kbps

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import parse_config
 from exporter.config import LabelConfig
 from exporter.dcgm_compat import PROFILES, RENAMES_4_9, DcgmVersion
 from exporter.fields.table import DCGM_4_7_DOCS, DCGM_ALIAS, GO_DCGM_FIELD
+from exporter.flags.settings import parse_config
 from exporter.snapshot import (
     GpuIdentity,
     GpuReadings,
@@ -39,54 +39,56 @@ V482, V483, V484, V49 = (
 )
 CLASSIC = (V482, V483, V484)
 
-READINGS = GpuReadings(
-    temperature_c=45,
-    memory_temperature_c=52,
-    gpu_util_pct=37,
-    mem_copy_util_pct=12,
-    encoder_util_pct=3,
-    decoder_util_pct=4,
-    fb_total_bytes=81559 * MIB,
-    fb_used_bytes=40000 * MIB,
-    fb_free_bytes=41000 * MIB,
-    fb_reserved_bytes=559 * MIB,
-    power_mw=302206,
-    power_limit_mw=700000,
-    enforced_power_limit_mw=650000,
-    energy_mj=123456789,
-    sm_clock_mhz=1410,
-    mem_clock_mhz=2619,
-    clock_event_reasons=0x5,
-    ecc_sbe_volatile=0,
-    ecc_dbe_volatile=0,
-    remapped_rows_correctable=1,
-    remapped_rows_uncorrectable=2,
-    remapped_rows_pending=0,
-    remapped_rows_failure=0,
-    pcie_replay_count=7,
-    pcie_tx_kbps=1000,
-    pcie_rx_kbps=2000,
+READINGS = GpuReadings.of(
+    DCGM_FI_DEV_GPU_TEMP=45,
+    DCGM_FI_DEV_MEMORY_TEMP=52,
+    DCGM_FI_DEV_GPU_UTIL=37,
+    DCGM_FI_DEV_MEM_COPY_UTIL=12,
+    DCGM_FI_DEV_ENC_UTIL=3,
+    DCGM_FI_DEV_DEC_UTIL=4,
+    DCGM_FI_DEV_FB_TOTAL=81559 * MIB,
+    DCGM_FI_DEV_FB_USED=40000 * MIB,
+    DCGM_FI_DEV_FB_FREE=41000 * MIB,
+    DCGM_FI_DEV_FB_RESERVED=559 * MIB,
+    DCGM_FI_DEV_POWER_USAGE=302206,
+    DCGM_FI_DEV_POWER_MGMT_LIMIT=700000,
+    DCGM_FI_DEV_ENFORCED_POWER_LIMIT=650000,
+    DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION=123456789,
+    DCGM_FI_DEV_SM_CLOCK=1410,
+    DCGM_FI_DEV_MEM_CLOCK=2619,
+    DCGM_FI_DEV_CLOCK_THROTTLE_REASONS=0x5,
+    DCGM_FI_DEV_ECC_SBE_VOL_TOTAL=0,
+    DCGM_FI_DEV_ECC_DBE_VOL_TOTAL=0,
+    DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS=1,
+    DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS=2,
+    DCGM_FI_DEV_ROW_REMAP_PENDING=0,
+    DCGM_FI_DEV_ROW_REMAP_FAILURE=0,
+    DCGM_FI_DEV_PCIE_REPLAY_COUNTER=7,
+    DCGM_FI_DEV_PCIE_TX_THROUGHPUT=1000,
+    DCGM_FI_DEV_PCIE_RX_THROUGHPUT=2000,
     nvlink_tx_kib=1000,
     nvlink_rx_kib=3000,
-    nvlink_kib_per_second=123456.7,
-    vgpu_license_status=0,
+    DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL=123456.7,
+    DCGM_FI_DEV_VGPU_LICENSE_STATUS=0,
 )
-PROFILING = ProfilingReadings(
-    graphics_active=0.5,
-    sm_active=0.4,
-    sm_occupancy=0.3,
-    tensor_active=0.75,
-    tensor_hmma_active=0.25,
-    tensor_imma_active=0.125,
-    tensor_dfma_active=0.0625,
-    fp64_active=0.01,
-    fp32_active=0.02,
-    fp16_active=0.03,
-    dram_active=0.2,
-    pcie_tx_bytes=1500000.0,
-    pcie_rx_bytes=2500000.0,
+PROFILING = ProfilingReadings.of(
+    DCGM_FI_PROF_GR_ENGINE_ACTIVE=0.5,
+    DCGM_FI_PROF_SM_ACTIVE=0.4,
+    DCGM_FI_PROF_SM_OCCUPANCY=0.3,
+    DCGM_FI_PROF_PIPE_TENSOR_ACTIVE=0.75,
+    DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE=0.25,
+    DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE=0.125,
+    DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE=0.0625,
+    DCGM_FI_PROF_PIPE_FP64_ACTIVE=0.01,
+    DCGM_FI_PROF_PIPE_FP32_ACTIVE=0.02,
+    DCGM_FI_PROF_PIPE_FP16_ACTIVE=0.03,
+    DCGM_FI_PROF_DRAM_ACTIVE=0.2,
+    DCGM_FI_PROF_PCIE_TX_BYTES=1500000.0,
+    DCGM_FI_PROF_PCIE_RX_BYTES=2500000.0,
 )
-INSTANCE_PROFILING = ProfilingReadings(tensor_active=0.5, tensor_hmma_active=0.375)
+INSTANCE_PROFILING = ProfilingReadings.of(
+    DCGM_FI_PROF_PIPE_TENSOR_ACTIVE=0.5, DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE=0.375
+)
 WHOLE = GpuSnapshot(
     identity=GpuIdentity(
         0, "GPU-0000", "NVIDIA H100 80GB HBM3", "00000000:18:00.0", mig_enabled=False
@@ -319,7 +321,7 @@ def test_nvlink_bandwidth_is_a_rate_typed_as_each_release_types_it(
 
 def test_no_nvlink_series_without_a_rate() -> None:
     first_sweep = GpuSnapshot(
-        identity=WHOLE.identity, up=True, readings=GpuReadings(nvlink_tx_kib=5, nvlink_rx_kib=6)
+        identity=WHOLE.identity, up=True, readings=GpuReadings.of(nvlink_tx_kib=5, nvlink_rx_kib=6)
     )
     snapshot = NodeSnapshot(1.7e9, 1.0, 0.01, True, "550.54.15", (first_sweep,))
     found = series(render(snapshot, labels_for(V483)))

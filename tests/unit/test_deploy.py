@@ -19,7 +19,9 @@ import yaml
 
 from bundle import deploy_manifests
 from bundle.config import DEFAULT
-from exporter.cli import build_parser, env_name, parse_config
+from exporter.flags.model import env_name
+from exporter.flags.parser import build_parser
+from exporter.flags.settings import parse_config
 from tests.support import kubernetes_schemas
 
 ROOT = Path(__file__).resolve().parents[2]

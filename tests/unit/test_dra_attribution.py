@@ -33,7 +33,9 @@ from tests.conftest import render_body
 
 GPU = "gpu.nvidia.com"
 NODE = "node-a"
-READINGS = GpuReadings(temperature_c=40, gpu_util_pct=10, fb_used_bytes=1 << 30)
+READINGS = GpuReadings.of(
+    DCGM_FI_DEV_GPU_TEMP=40, DCGM_FI_DEV_GPU_UTIL=10, DCGM_FI_DEV_FB_USED=1 << 30
+)
 
 
 def _gpu(index: int, minor: int, uuid: str, instances: tuple[MigInstance, ...] = ()) -> GpuSnapshot:

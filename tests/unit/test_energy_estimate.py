@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from exporter.cli import parse_config
+from exporter.flags.settings import parse_config
 from exporter.nvml.energy_estimate import EnergyEstimates
 
 GPU = "GPU-a"
@@ -156,7 +156,7 @@ def test_each_gpu_keeps_its_own_counter_and_gone_gpus_are_dropped() -> None:
 
 def test_the_flag_defaults_to_a_minute_and_zero_turns_the_estimate_off() -> None:
     assert parse_config(["--simulate"]).collection.energy_read_interval_seconds == 60.0
-    config = parse_config(["--simulate", "--collector.energy-read-interval=0s"])
+    config = parse_config(["--simulate", "--collector.field-interval=energy-counter=0s"])
     assert config.collection.energy_read_interval_seconds == 0.0
 
 

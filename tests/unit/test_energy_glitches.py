@@ -47,7 +47,7 @@ def test_a_power_glitch_moves_energy_by_at_most_the_limit_for_its_duration() -> 
     # rather than the default minute, so that the 25 s after the glitch span the same three
     # counter reads (where the estimate meets the counter) as three minutes would.
     glitch_seconds = 2.5
-    with stepped_default_node(NO_GPM, "--collector.energy-read-interval=10s") as node:
+    with stepped_default_node(NO_GPM, "--collector.field-interval=energy-counter=10s") as node:
         gpu = node.nvml.gpus[0]
         ceiling_w = (gpu.model.power_limit_max_mw or gpu.model.tdp_mw) / 1000
         for _ in range(5):

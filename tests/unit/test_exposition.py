@@ -38,42 +38,48 @@ from tests.conftest import (
 MIB = 2**20
 DCGM_LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName"]
 
+
+def _same(value: Any) -> object:
+    return value
+
+
 # The test's own statement of dcgm-exporter's classic units
 # (docs/dcgm-exporter-compatibility.md, 'Classic units'),
-# written independently of exporter/exposition/dcgm_families.py. Each takes GpuReadings, as Any:
-# an oracle runs only for a series that was written, so the fields it reads are set.
+# written independently of exporter/exposition/dcgm_families.py. Each takes the row's value in
+# GpuReadings (NVML's unit), as Any: an oracle runs only for a series that was written, so the
+# value is set.
 EXPECTED: dict[str, Callable[[Any], object]] = {
-    "DCGM_FI_DEV_SM_CLOCK": lambda r: r.sm_clock_mhz,
-    "DCGM_FI_DEV_MEM_CLOCK": lambda r: r.mem_clock_mhz,
-    "DCGM_FI_DEV_MEMORY_TEMP": lambda r: r.memory_temperature_c,
-    "DCGM_FI_DEV_GPU_TEMP": lambda r: r.temperature_c,
-    "DCGM_FI_DEV_POWER_USAGE": lambda r: r.power_mw / 1000,
-    "DCGM_FI_DEV_POWER_MGMT_LIMIT": lambda r: r.power_limit_mw / 1000,
-    "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": lambda r: r.enforced_power_limit_mw / 1000,
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": lambda r: r.energy_mj,
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": lambda r: r.pcie_replay_count,
-    "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": lambda r: r.pcie_tx_kbps,
-    "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": lambda r: r.pcie_rx_kbps,
-    "DCGM_FI_DEV_GPU_UTIL": lambda r: r.gpu_util_pct,
-    "DCGM_FI_DEV_MEM_COPY_UTIL": lambda r: r.mem_copy_util_pct,
-    "DCGM_FI_DEV_ENC_UTIL": lambda r: r.encoder_util_pct,
-    "DCGM_FI_DEV_DEC_UTIL": lambda r: r.decoder_util_pct,
-    "DCGM_FI_DEV_FB_FREE": lambda r: r.fb_free_bytes // MIB,
-    "DCGM_FI_DEV_FB_USED": lambda r: r.fb_used_bytes // MIB,
-    "DCGM_FI_DEV_FB_RESERVED": lambda r: r.fb_reserved_bytes // MIB,
-    "DCGM_FI_DEV_FB_TOTAL": lambda r: r.fb_total_bytes // MIB,
+    "DCGM_FI_DEV_SM_CLOCK": _same,
+    "DCGM_FI_DEV_MEM_CLOCK": _same,
+    "DCGM_FI_DEV_MEMORY_TEMP": _same,
+    "DCGM_FI_DEV_GPU_TEMP": _same,
+    "DCGM_FI_DEV_POWER_USAGE": lambda v: v / 1000,
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": lambda v: v / 1000,
+    "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": lambda v: v / 1000,
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": _same,
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": _same,
+    "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": _same,
+    "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": _same,
+    "DCGM_FI_DEV_GPU_UTIL": _same,
+    "DCGM_FI_DEV_MEM_COPY_UTIL": _same,
+    "DCGM_FI_DEV_ENC_UTIL": _same,
+    "DCGM_FI_DEV_DEC_UTIL": _same,
+    "DCGM_FI_DEV_FB_FREE": lambda v: v // MIB,
+    "DCGM_FI_DEV_FB_USED": lambda v: v // MIB,
+    "DCGM_FI_DEV_FB_RESERVED": lambda v: v // MIB,
+    "DCGM_FI_DEV_FB_TOTAL": lambda v: v // MIB,
     # A rate: DCGM divides KiB/s by 1000 and stores an INT64 (truncated).
-    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": lambda r: int(r.nvlink_kib_per_second / 1000),
-    "DCGM_FI_DEV_VGPU_LICENSE_STATUS": lambda r: r.vgpu_license_status,
-    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": lambda r: r.clock_event_reasons,
-    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": lambda r: r.ecc_sbe_volatile,
-    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": lambda r: r.ecc_dbe_volatile,
-    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": lambda r: r.ecc_sbe_aggregate,
-    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": lambda r: r.ecc_dbe_aggregate,
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": lambda r: r.remapped_rows_uncorrectable,
-    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": lambda r: r.remapped_rows_correctable,
-    "DCGM_FI_DEV_ROW_REMAP_PENDING": lambda r: r.remapped_rows_pending,
-    "DCGM_FI_DEV_ROW_REMAP_FAILURE": lambda r: r.remapped_rows_failure,
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": lambda v: int(v / 1000),
+    "DCGM_FI_DEV_VGPU_LICENSE_STATUS": _same,
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": _same,
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": _same,
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": _same,
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": _same,
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": _same,
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": _same,
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": _same,
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": _same,
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": _same,
 }
 COUNTERS = {
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
@@ -124,13 +130,13 @@ def expected_readings(snapshot, labels: dict[str, str]) -> GpuReadings:
         return gpu.readings
     inst = next(m for m in gpu.mig_instances if str(m.gpu_instance_id) == labels["GPU_I_ID"])
     r = gpu.readings
-    return GpuReadings(
-        **{
-            **{f: getattr(r, f) for f in r.__slots__},
-            "fb_total_bytes": inst.fb_total_bytes,
-            "fb_used_bytes": inst.fb_used_bytes,
-            "fb_free_bytes": inst.fb_free_bytes,
-            "fb_reserved_bytes": inst.fb_reserved_bytes,
+    return GpuReadings.of(
+        {
+            **r.values,
+            "DCGM_FI_DEV_FB_TOTAL": inst.fb_total_bytes,
+            "DCGM_FI_DEV_FB_USED": inst.fb_used_bytes,
+            "DCGM_FI_DEV_FB_FREE": inst.fb_free_bytes,
+            "DCGM_FI_DEV_FB_RESERVED": inst.fb_reserved_bytes,
         }
     )
 
@@ -153,7 +159,7 @@ def test_round_trip_every_value_equals_the_snapshot(sim):
     checked: Counter[str] = Counter()
     for name, oracle in EXPECTED.items():
         for sample in parsed.get(name, []):
-            expected = oracle(expected_readings(snapshot, sample.labels))
+            expected = oracle(expected_readings(snapshot, sample.labels).values[name])
             assert sample.value == expected, (name, sample.labels)
             checked[name] += 1
     assert set(checked) == set(EXPECTED)

@@ -24,7 +24,7 @@ from exporter.simulator.fake_nvml import FakeNvml
 from exporter.simulator.fleet import default_fleet
 from exporter.simulator.nvml.field_models import BY_FIELD_ID, MODELS
 from exporter.simulator.nvml.nvlink_fields import FIELD_IDS as HEALTH_FIELD_IDS
-from exporter.snapshot import GpuReadings
+from exporter.snapshot import ACCESSOR_ROWS, GpuReadings
 from tests.conftest import quiet
 from tests.support.rendered_node import RenderedNode
 
@@ -98,14 +98,36 @@ def test_an_off_by_default_field_is_read_only_when_listed(sim: FakeNvml) -> None
     readings = _read(_reader(sim, extra_fields={FAN}), sim)
     assert sim.calls["nvmlDeviceGetFanSpeed"] == 1
     # Passively cooled: NOT_SUPPORTED, so no value.
-    assert readings.extra_value(FAN) is None
+    assert FAN not in readings.values
 
 
 def test_a_fan_speed_the_board_reports_reaches_the_readings(sim: FakeNvml) -> None:
     sim.api.nvmlDeviceGetFanSpeed = lambda handle: 42
     readings = _read(_reader(sim, extra_fields={FAN}), sim)
-    assert (FAN, 42) in readings.extra
-    assert readings.extra_value(FAN) == 42
+    assert readings.values[FAN] == 42
+
+
+def test_readings_hold_every_value_under_its_row_name(sim: FakeNvml) -> None:
+    readings = _read(_reader(sim), sim)
+    names = {row.name for row in FIELDS}
+    assert readings.values.keys() <= names
+    # A row only the exposition reads has no accessor, and is there all the same.
+    assert readings.values["DCGM_FI_DEV_MEM_CLOCK"] > 0
+    # The accessors read rows of the table, under their classic names.
+    assert set(ACCESSOR_ROWS) <= names
+
+
+def test_readings_are_built_and_changed_by_row_name_with_none_as_no_value() -> None:
+    temp, used, power = "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE"
+    readings = GpuReadings.of({temp: 40, used: None}, DCGM_FI_DEV_POWER_USAGE=300_000)
+    assert dict(readings.values) == {temp: 40, power: 300_000}
+    assert readings.power_mw == 300_000 and readings.fb_used_bytes is None
+    changed = readings.with_values({temp: None, used: 1 << 30})
+    assert dict(changed.values) == {power: 300_000, used: 1 << 30}
+    assert changed.fb_used_bytes == 1 << 30
+    assert readings.values[temp] == 40  # the original stands
+    with pytest.raises(TypeError):
+        readings.values[temp] = 41  # type: ignore[index]
 
 
 CSV = """# our own file
@@ -209,7 +231,7 @@ def test_a_field_with_its_own_interval_is_read_that_often_and_stands_between(
     temperatures = []
     for _ in range(61):
         readings = reader.read_board(identity, handle)
-        temperatures.append(readings.temperature_c)
+        temperatures.append(readings.values.get("DCGM_FI_DEV_GPU_TEMP"))
         clock.now += 1.0
     # Read at 0, 30 and 60 s; its neighbours in the sweep every time.
     assert sim.calls["nvmlDeviceGetTemperature"] == 3

@@ -1,12 +1,12 @@
 """The docs' field tables are the field table's: the committed pages hold exactly what
-exporter/fields/docs_table.py renders now, and a few rows, written out here rather than derived,
+exporter/docs_table.py renders now, and a few rows, written out here rather than derived,
 say what the table says of them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from exporter.fields import docs_table
+from exporter import docs_table
 from exporter.fields.table import FIELDS
 
 REPO = Path(__file__).resolve().parents[2]

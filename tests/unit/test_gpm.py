@@ -30,6 +30,8 @@ from tests.conftest import FAST, fast_source, fleet_from_yaml, quiet, render, wa
 from tests.support.clock_steps import parked, step
 from tests.support.stepped_node import poller_on
 
+PCIE_RX, NVLINK_TX = "DCGM_FI_PROF_PCIE_RX_BYTES", "DCGM_FI_PROF_NVLINK_TX_BYTES"
+PCIE_TX = "DCGM_FI_PROF_PCIE_TX_BYTES"
 OLD_GPUS = """
     driver_version: "550.54.15"
     gpus:
@@ -197,16 +199,16 @@ def test_sampler_reports_every_gpu_and_mig_instance_after_two_samples(nvml, cloc
             for _gi, readings in instances:
                 assert readings.graphics_active is not None
                 assert 0 <= readings.graphics_active <= 1
-                assert readings.pcie_tx_bytes is None and readings.nvlink_tx_bytes is None
+                assert PCIE_TX not in readings.values and NVLINK_TX not in readings.values
         else:
             assert instances == ()
             assert board is not None
-            assert board.graphics_active is not None and board.pcie_rx_bytes is not None
-            assert 0 <= board.graphics_active <= 1 and board.pcie_rx_bytes >= 0
-            assert board.nvlink_tx_bytes is not None
+            assert board.graphics_active is not None and PCIE_RX in board.values
+            assert 0 <= board.graphics_active <= 1 and board.values[PCIE_RX] >= 0
+            assert NVLINK_TX in board.values
     idle = sampler.latest(nvml.gpus[5].uuid)[0]
     assert idle is not None
-    assert idle.graphics_active == 0 and idle.tensor_active == 0
+    assert idle.graphics_active == 0 and idle.values["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"] == 0
     busy = sampler.latest(nvml.gpus[0].uuid)[0]
     assert busy is not None and busy.graphics_active is not None and busy.sm_active is not None
     assert busy.graphics_active > 0.5 and busy.sm_active <= busy.graphics_active

@@ -20,7 +20,12 @@ from exporter.snapshot import NodeSnapshot, ProfilingReadings
 from tests.conftest import quiet
 
 STEP_S = 5.0
-PIPES = ("tensor_hmma_active", "tensor_imma_active", "tensor_dfma_active")
+TENSOR = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
+HMMA, IMMA, DFMA = PIPES = (
+    "DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE",
+    "DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE",
+    "DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE",
+)
 # The default node: 0-2 training, 3-4 inference, 5 idle, 6 MIG inference, 7 MIG batch.
 TRAINING, INFERENCE, IDLE, MIG_INFERENCE, MIG_BATCH = 0, 3, 5, 6, 7
 
@@ -65,47 +70,45 @@ def test_every_gpm_entity_reports_the_three_pipes_as_ratios(measured):
     mig_instances = sum(len(g.mig_instances) for g in measured.gpus)
     assert len(entities) == 6 + mig_instances  # six whole GPUs, and every MIG instance
     for index, gi, readings in entities:
-        assert readings.tensor_active is not None, (index, gi)
+        assert TENSOR in readings.values, (index, gi)
         for pipe in PIPES:
-            value = getattr(readings, pipe)
+            value = readings.values.get(pipe)
             assert value is not None, (index, gi, pipe)
             # A pipe is one kind of tensor work: never more than "any tensor".
-            assert 0.0 <= value <= readings.tensor_active <= 1.0, (index, gi, pipe)
+            assert 0.0 <= value <= readings.values[TENSOR] <= 1.0, (index, gi, pipe)
 
 
 def test_training_is_mostly_hmma_with_no_integer_or_fp64_tensor_work(measured):
     board = measured.gpus[TRAINING].profiling
     mix = PIPE_MIX["training"]
-    assert board.tensor_hmma_active > 0.3
-    assert board.tensor_hmma_active == pytest.approx(
-        board.tensor_active * mix.hmma / mix.tensor, rel=1e-9
+    assert board.values[HMMA] > 0.3
+    assert board.values[HMMA] == pytest.approx(
+        board.values[TENSOR] * mix.hmma / mix.tensor, rel=1e-9
     )
-    assert board.tensor_hmma_active >= 0.8 * board.tensor_active
-    assert board.tensor_imma_active == 0.0 and board.tensor_dfma_active == 0.0
+    assert board.values[HMMA] >= 0.8 * board.values[TENSOR]
+    assert board.values[IMMA] == 0.0 and board.values[DFMA] == 0.0
 
 
 def test_inference_adds_imma_and_batch_work_adds_dfma(measured):
     inference = measured.gpus[INFERENCE].profiling
-    assert inference.tensor_imma_active > 0 and inference.tensor_dfma_active == 0.0
-    assert inference.tensor_hmma_active + inference.tensor_imma_active <= (
-        inference.tensor_active + 1e-12
-    )
+    assert inference.values[IMMA] > 0 and inference.values[DFMA] == 0.0
+    assert inference.values[HMMA] + inference.values[IMMA] <= (inference.values[TENSOR] + 1e-12)
     for _gi, readings in measured.gpus[MIG_INFERENCE].instance_profiling:
-        assert readings.tensor_imma_active > 0 and readings.tensor_dfma_active == 0.0
+        assert readings.values[IMMA] > 0 and readings.values[DFMA] == 0.0
     batch = measured.gpus[MIG_BATCH].instance_profiling
-    assert batch and all(r.tensor_dfma_active > 0 for _gi, r in batch)
-    assert all(r.tensor_imma_active == 0.0 for _gi, r in batch)
+    assert batch and all(r.values[DFMA] > 0 for _gi, r in batch)
+    assert all(r.values[IMMA] == 0.0 for _gi, r in batch)
 
 
 def test_an_idle_gpu_has_every_pipe_at_zero(measured):
     idle = measured.gpus[IDLE].profiling
-    assert idle.tensor_active == 0.0
-    assert [getattr(idle, pipe) for pipe in PIPES] == [0.0, 0.0, 0.0]
+    assert idle.values[TENSOR] == 0.0
+    assert [idle.values[pipe] for pipe in PIPES] == [0.0, 0.0, 0.0]
 
 
 def test_a_pipe_nvml_does_not_measure_is_left_out_not_zero(monkeypatch):
     monkeypatch.delitem(gpm_model._ACTIVITY, pynvml.NVML_GPM_METRIC_HMMA_TENSOR_UTIL)
     board = measure().gpus[TRAINING].profiling
-    assert board is not None and board.tensor_hmma_active is None
-    assert board.tensor_active is not None
-    assert board.tensor_active > 0 and board.tensor_imma_active == 0.0
+    assert board is not None and HMMA not in board.values
+    assert TENSOR in board.values
+    assert board.values[TENSOR] > 0 and board.values[IMMA] == 0.0

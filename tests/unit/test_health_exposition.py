@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter.cli import parse_config
+from exporter.flags.settings import parse_config
 from exporter.health.verdict import verdict
 from exporter.nvml.device_reader import DeviceReader
 from exporter.nvml.error_tally import ErrorTally

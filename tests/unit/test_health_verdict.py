@@ -28,47 +28,44 @@ def names(gpu: GpuSnapshot, now: float = 0.0) -> list[str]:
     return [r.name for r in verdict(gpu, now).reasons]
 
 
-def board(**readings: object) -> GpuSnapshot:
-    return GpuSnapshot(IDENT, up=True, readings=GpuReadings(**readings))  # type: ignore[arg-type]
-
-
-def with_extra(**extra: int) -> GpuSnapshot:
-    return board(extra=tuple(sorted(extra.items())))
+def board(**readings: int | None) -> GpuSnapshot:
+    """A GPU whose readings are the given rows' values (DCGM names)."""
+    return GpuSnapshot(IDENT, up=True, readings=GpuReadings.of(readings))
 
 
 def test_healthy_is_explicit() -> None:
-    assert verdict(board(ecc_dbe_volatile=0), 0).reasons == (HEALTHY,)
+    assert verdict(board(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL=0), 0).reasons == (HEALTHY,)
 
 
 @pytest.mark.parametrize(
     ("gpu", "reason"),
     [
-        (board(ecc_dbe_volatile=2), "ecc_dbe_volatile"),
-        (board(remapped_rows_pending=1), "row_remap_pending"),
-        (board(remapped_rows_failure=1), "row_remap_failure"),
-        (board(clock_event_reasons=0x40), "thermal_brake"),
-        (board(clock_event_reasons=0x8), "hw_slowdown"),
-        (board(clock_event_reasons=0x80), "power_brake"),
-        (with_extra(DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION=1), "recovery_action_reset"),
-        (with_extra(DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION=2), "recovery_action_reboot"),
-        (with_extra(DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION=3), "recovery_action_drain_p2p"),
-        (with_extra(DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION=4), "recovery_action_drain_reset"),
-        (with_extra(DCGM_FI_DEV_RETIRED_PENDING=1), "retired_pages_pending"),
-        (with_extra(DCGM_FI_DEV_FABRIC_MANAGER_STATUS=4), "fabric_registration_failed"),
+        (board(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL=2), "ecc_dbe_volatile"),
+        (board(DCGM_FI_DEV_ROW_REMAP_PENDING=1), "row_remap_pending"),
+        (board(DCGM_FI_DEV_ROW_REMAP_FAILURE=1), "row_remap_failure"),
+        (board(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS=0x40), "thermal_brake"),
+        (board(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS=0x8), "hw_slowdown"),
+        (board(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS=0x80), "power_brake"),
+        (board(DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION=1), "recovery_action_reset"),
+        (board(DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION=2), "recovery_action_reboot"),
+        (board(DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION=3), "recovery_action_drain_p2p"),
+        (board(DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION=4), "recovery_action_drain_reset"),
+        (board(DCGM_FI_DEV_RETIRED_PENDING=1), "retired_pages_pending"),
+        (board(DCGM_FI_DEV_FABRIC_MANAGER_STATUS=4), "fabric_registration_failed"),
         (
-            with_extra(
+            board(
                 DCGM_FI_DEV_FABRIC_HEALTH_MASK=fabric_health.mask_with({"degraded_bandwidth": True})
             ),
             "fabric_degraded",
         ),
         (
-            with_extra(
+            board(
                 DCGM_FI_DEV_FABRIC_HEALTH_MASK=fabric_health.mask_with({"route_unhealthy": True})
             ),
             "fabric_unhealthy",
         ),
         (
-            (with_extra(DCGM_FI_DEV_PCIE_LINK_WIDTH=8, DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH=16)),
+            (board(DCGM_FI_DEV_PCIE_LINK_WIDTH=8, DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH=16)),
             "pcie_downtrained",
         ),
         (GpuSnapshot(IDENT, up=False, readings=None, error="GPU_IS_LOST"), "gpu_lost"),
@@ -79,8 +76,11 @@ def test_each_reason_holds_with_its_evidence(gpu: GpuSnapshot, reason: str) -> N
 
 
 def pcie(gen: int, clock_events: int | None) -> GpuSnapshot:
-    extra = (("DCGM_FI_DEV_PCIE_LINK_GEN", gen), ("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", 5))
-    return board(extra=extra, clock_event_reasons=clock_events)
+    return board(
+        DCGM_FI_DEV_PCIE_LINK_GEN=gen,
+        DCGM_FI_DEV_PCIE_MAX_LINK_GEN=5,
+        DCGM_FI_DEV_CLOCK_THROTTLE_REASONS=clock_events,
+    )
 
 
 def test_a_low_pcie_generation_counts_only_under_load() -> None:
@@ -94,19 +94,25 @@ def test_a_low_pcie_generation_counts_only_under_load() -> None:
 
 
 def test_reasons_clear_with_their_evidence() -> None:
-    assert names(board(ecc_dbe_volatile=0, remapped_rows_pending=0, clock_event_reasons=0x1)) == [
-        "healthy"
-    ]
-    assert names(with_extra(DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION=0)) == ["healthy"]
-    assert names(with_extra(DCGM_FI_DEV_FABRIC_HEALTH_MASK=fabric_health.mask_with({}))) == [
-        "healthy"
-    ]
+    assert names(
+        board(
+            DCGM_FI_DEV_ECC_DBE_VOL_TOTAL=0,
+            DCGM_FI_DEV_ROW_REMAP_PENDING=0,
+            DCGM_FI_DEV_CLOCK_THROTTLE_REASONS=0x1,
+        )
+    ) == ["healthy"]
+    assert names(board(DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION=0)) == ["healthy"]
+    assert names(board(DCGM_FI_DEV_FABRIC_HEALTH_MASK=fabric_health.mask_with({}))) == ["healthy"]
     # A timed-out read says nothing of the board.
     assert names(GpuSnapshot(IDENT, up=False, readings=None, stale=True)) == ["healthy"]
 
 
 def test_worst_first() -> None:
-    gpu = board(clock_event_reasons=0x40, remapped_rows_failure=1, ecc_dbe_volatile=1)
+    gpu = board(
+        DCGM_FI_DEV_CLOCK_THROTTLE_REASONS=0x40,
+        DCGM_FI_DEV_ROW_REMAP_FAILURE=1,
+        DCGM_FI_DEV_ECC_DBE_VOL_TOTAL=1,
+    )
     result = verdict(gpu, 0)
     assert [r.name for r in result.reasons] == [
         "row_remap_failure",

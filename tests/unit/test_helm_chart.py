@@ -27,7 +27,9 @@ from bundle import helm_chart
 from bundle import render as bundle_render
 from bundle.config import DEFAULT
 from bundle.flavours import FLAVOURS, flavour_paths
-from exporter.cli import build_parser, env_name, parse_config
+from exporter.flags.model import env_name
+from exporter.flags.parser import build_parser
+from exporter.flags.settings import parse_config
 from tests.support import kubernetes_schemas
 from tests.support.generated_bundle import generated
 from tests.support.tls_certs import make_certificates
@@ -216,6 +218,9 @@ LEFT_AT_DEFAULT = {
     "image.pullPolicy",
     "nameOverride",
     "fullnameOverride",
+    # It moves every object out of the release's namespace, which each ci/ render is checked for;
+    # tests/unit/test_helm_chart_upstream_values.py renders it.
+    "namespaceOverride",
     "serviceAccount.create",
     "serviceAccount.name",
     "port",
@@ -225,9 +230,15 @@ LEFT_AT_DEFAULT = {
     "securityContext",
     "livenessProbe",
     "readinessProbe",
+    # Headless, the default; an address of the cluster's range is the cluster's own.
+    "service.clusterIP",
+    "serviceMonitor.apiVersion",
+    "serviceMonitor.honorLabels",
     "dashboards.label",
     "dashboards.labelValue",
     "dashboards.annotations",
+    "podMonitor.apiVersion",
+    "podMonitor.honorLabels",
     "podMonitor.additionalLabels",
     "podMonitor.interval",
     "podMonitor.scrapeTimeout",
@@ -389,7 +400,9 @@ def test_every_argument_and_variable_is_one_the_exporter_takes(values_file):
     for env in found["env"]:
         if env["name"].startswith("KUBE_GPU_EXPORTER_"):
             assert env["name"] in known_env, env["name"]
-    if not any(a.startswith("--web.config.file") for a in found["args"]):
+    # The files the chart mounts are not here: tests/unit/test_helm_chart.py and
+    # tests/unit/test_helm_chart_upstream_values.py lay them out and load them.
+    if not any(a.startswith(("--web.config.file", "--collectors")) for a in found["args"]):
         env = {e["name"]: e["value"] for e in found["env"] if "value" in e}
         parse_config(found["args"], environ={"NODE_NAME": "gpu-node-1", **env})
 
@@ -651,7 +664,12 @@ def test_the_values_tables_are_made_from_values_yaml(tmp_path):
     table = helm_chart.values_table(values, top_level=True)
     assert table in readme
     rows = [line for line in table.splitlines()[2:]]
-    assert len(rows) == len([r for r in helm_chart.value_rows(values) if "." not in r.path])
+    top = [r.path for r in helm_chart.value_rows(values) if "." not in r.path]
+    # The pass-through settings share the last row; every other top-level value has its own.
+    shared = helm_chart.README_IN_ONE_ROW
+    assert set(shared) <= set(top)
+    assert len(rows) == len(top) - len(shared) + 1
+    assert all(f"`{path}`" in rows[-1] for path in shared)
     full = helm_chart.values_table(values, top_level=False)
     assert full in (ROOT / "docs" / "helm.md").read_text()
     assert "| `webConfig.probeAuthorization` |" in full

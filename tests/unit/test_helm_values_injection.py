@@ -3,7 +3,8 @@
 Every value the chart's templates splice is quoted or written by toYaml, so that whatever a value
 holds it adds no key to any object and no argument to the exporter; values.schema.json refuses,
 with Helm's message naming the value, what Kubernetes or a registry would refuse later; extraArgs
-takes the exporter's own flags only, read off exporter/cli.py's parser by bundle/helm_chart.py.
+takes the exporter's own flags only, read by bundle/helm_chart.py off the parser that
+exporter/flags/table.py makes.
 
 Each attack is rendered twice, with Helm's own engine: with the chart's schema, as `helm install`
 checks it, and with a copy of the chart that has none, as `helm install --skip-schema-validation`
@@ -27,7 +28,9 @@ import yaml
 
 from bundle import helm_chart
 from bundle.config import DEFAULT
-from exporter.cli import UsageError, build_parser, env_name, parse_config
+from exporter.flags.model import env_name
+from exporter.flags.parser import UsageError, build_parser
+from exporter.flags.settings import parse_config
 from tests.support import kubernetes_schemas
 from tests.unit.test_helm_chart import (
     CHART,
@@ -411,7 +414,7 @@ def test_the_allowed_flags_come_from_the_parser_not_a_list():
     assert committed["properties"]["extraArgs"]["items"] == made["items"]
 
 
-# The switches the exporter takes only with --kubernetes (exporter/cli.py, parse_config).
+# The switches the exporter takes only with --kubernetes (exporter/flags/settings.py, parse_config).
 NEEDS_ENRICHMENT = ("--kubernetes.enable-pod-uid", "--kubernetes.enable-pod-labels")
 
 
@@ -501,7 +504,10 @@ EVERYTHING: dict[str, Any] = {
     "imagePullSecrets": [{"name": "pull-secret"}],
     "nameOverride": "gpu",
     "fullnameOverride": "gpu-exporter",
+    "namespaceOverride": "gpu-system",
     "serviceAccount": {"name": "gpu-exporter-sa", "annotations": {"example.com/role": "reader"}},
+    "automountServiceAccountToken": False,
+    "kubeletPath": "/var/snap/microk8s/common/var/lib/kubelet",
     "runtimeClassName": "nvidia",
     "affinity": {
         "nodeAffinity": {
@@ -512,40 +518,65 @@ EVERYTHING: dict[str, Any] = {
             }
         }
     },
+    "daemonSetAnnotations": {"example.com/rollout": "gpu"},
     "podAnnotations": {"example.com/team": "gpu"},
     "podLabels": {"tier": "monitoring"},
     "extraArgs": ["--log.format=json"],
     "extraEnv": [{"name": "KUBE_GPU_EXPORTER_LOG_LEVEL", "value": "debug"}],
+    "initContainers": [{"name": "wait", "image": "registry.example/busybox:1", "args": ["true"]}],
+    "extraVolumes": [{"name": "extra", "emptyDir": {"medium": "Memory"}}],
+    "extraVolumeMounts": [{"name": "extra", "mountPath": "/extra", "readOnly": True}],
+    "collectors": {"csv": "DCGM_FI_DEV_GPU_TEMP, gauge, Temperature (C).\n", "key": "gpu.csv"},
     "compat": {"dcgmExporter": "4.9", "driverVersionLabel": "none"},
     "kubernetesEnrichment": {"enabled": True, "podLabelAllowlist": "^team$"},
     "processAccounting": {"enabled": True},
     "webConfig": {
         "enabled": True,
-        "tlsSecret": "exporter-tls",
+        "selfSignedCert": {"enabled": True},
         "basicAuth": True,
         "probeAuthorization": "Basic eDp5",
         "config": {
-            "tls_server_config": {"cert_file": "tls.crt", "key_file": "tls.key"},
+            "tls_server_config": {"min_version": "TLS12"},
             "basic_auth_users": {"prometheus": "$2b$10$" + "x" * 53},
         },
     },
-    "service": {"annotations": {"example.com/owner": "gpu"}},
+    "service": {
+        "type": "NodePort",
+        "clusterIP": "10.96.0.50",
+        "internalTrafficPolicy": "Local",
+        "annotations": {"example.com/owner": "gpu"},
+    },
     "serviceMonitor": {"enabled": True, **RELABELINGS},
+    "networkPolicy": {"enabled": True},
     "prometheusRule": {"enabled": True},
     "dashboards": {"enabled": True, "namespace": "grafana", "annotations": {"example.com/a": "b"}},
 }
 # What EVERYTHING cannot hold beside what it has: the PodMonitor instead of the ServiceMonitor,
-# and a Secret of the admin's own instead of the one the chart makes.
+# a Secret of the admin's own instead of the one the chart makes, a TLS Secret instead of the
+# generated certificate, a ConfigMap of collectors instead of the CSV, a digest instead of the tag.
 OTHERWISE: dict[str, Any] = {
     **EVERYTHING,
+    "image": {**EVERYTHING["image"], "digest": "sha256:" + "0" * 64},
     "serviceMonitor": {"enabled": False},
     "podMonitor": {"enabled": True, **RELABELINGS},
-    "webConfig": {**EVERYTHING["webConfig"], "existingSecret": "my-web-config"},
+    "webConfig": {
+        **EVERYTHING["webConfig"],
+        "existingSecret": "my-web-config",
+        "tlsSecret": "exporter-tls",
+        "selfSignedCert": {"enabled": False},
+    },
+    "collectors": {"existingConfigMap": "gpu-collectors", "key": "gpu.csv"},
+}
+ON_OTHERWISE = {
+    ("webConfig", "existingSecret"),
+    ("webConfig", "tlsSecret"),
+    ("collectors", "existingConfigMap"),
+    ("image", "digest"),
 }
 
 
 def on_otherwise(path: tuple[str | int, ...]) -> bool:
-    return path[0] == "podMonitor" or path == ("webConfig", "existingSecret")
+    return path[0] == "podMonitor" or path in ON_OTHERWISE
 
 
 def leaves(node: Any, path: tuple[str | int, ...] = ()) -> Iterator[tuple[str | int, ...]]:

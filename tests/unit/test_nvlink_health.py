@@ -21,11 +21,12 @@ from exporter.simulator.nvlink_health import HEALTHY_MASK
 from tests.support.control_client import control_client
 
 NAMES = [row.name for row in NVLINK_HEALTH_FIELDS]
+TEMPERATURE = "DCGM_FI_DEV_GPU_TEMP"
 
 
 def read(sim: FakeNvml, reader: DeviceReader, index: int) -> dict[str, int | float]:
     handle = sim.api.nvmlDeviceGetHandleByIndex(index)
-    return dict(reader.read_board(reader.read_identity(index, handle), handle).extra)
+    return dict(reader.read_board(reader.read_identity(index, handle), handle).values)
 
 
 def reader_for(sim: FakeNvml) -> DeviceReader:
@@ -73,7 +74,7 @@ def test_boards_without_them_have_no_series_and_the_rest_keeps_working() -> None
     handle = sim.api.nvmlDeviceGetHandleByIndex(0)
     reader = reader_for(sim)
     readings = reader.read_board(reader.read_identity(0, handle), handle)
-    assert readings.temperature_c is not None and readings.power_mw is not None
+    assert TEMPERATURE in readings.values and readings.power_mw is not None
 
 
 def test_a_pcie_board_answers_only_the_recovery_action() -> None:
@@ -176,7 +177,7 @@ def test_a_board_outside_any_fabric_serves_no_fabric_or_c2c_series(model: str) -
     identity = reader.read_identity(0, handle)
     for _ in range(2):
         readings = reader.read_board(identity, handle)
-    values = dict(readings.extra)
+    values = dict(readings.values)
     assert readings.fabric_domain is None
     assert not FABRIC_FIELDS & values.keys()
     assert not any(n.startswith(("DCGM_FI_DEV_C2C", "DCGM_FI_DEV_NVLINK_COUNT_")) for n in values)
@@ -184,8 +185,8 @@ def test_a_board_outside_any_fabric_serves_no_fabric_or_c2c_series(model: str) -
     assert sim.calls["nvmlDeviceGetGpuFabricInfoV"] == 1
     assert not [key for key, _ in tally.snapshot() if "Fabric" in key[0]]
     # The rest is read as without the new fields.
-    assert readings.temperature_c is not None and readings.power_mw is not None
-    assert readings.fb_total_bytes is not None and readings.sm_clock_mhz is not None
+    assert TEMPERATURE in readings.values and readings.power_mw is not None
+    assert readings.fb_total_bytes is not None and "DCGM_FI_DEV_SM_CLOCK" in readings.values
 
 
 def test_the_domain_follows_the_registration(tray: FakeNvml) -> None:
@@ -203,7 +204,7 @@ def test_the_domain_follows_the_registration(tray: FakeNvml) -> None:
 
 
 def test_the_cluster_label_is_on_only_where_a_collectors_file_lists_it(tmp_path) -> None:
-    from exporter.cli import parse_config
+    from exporter.flags.settings import parse_config
     from exporter.simulator.node import with_fleet_collectors
 
     def label(*argv: str) -> str:

@@ -67,7 +67,9 @@ def _gpu(
     return GpuSnapshot(
         GpuIdentity(index, uuid, "NVIDIA H100 80GB HBM3", f"0000:{index:02X}:00.0", False),
         up=True,
-        readings=GpuReadings(energy_mj=energy_mj, power_mw=power_mw),
+        readings=GpuReadings.of(
+            DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION=energy_mj, DCGM_FI_DEV_POWER_USAGE=power_mw
+        ),
         processes=processes,
         **fields,  # type: ignore[arg-type]
     )
@@ -192,7 +194,10 @@ def test_a_gpu_nobody_holds_goes_to_the_unattributed_row() -> None:
 
 
 def test_mig_instances_share_by_gpm_activity_times_slices_then_evenly_among_holders() -> None:
-    profiling = ((9, ProfilingReadings(sm_active=0.5)), (2, ProfilingReadings(sm_active=0.2)))
+    profiling = (
+        (9, ProfilingReadings.of(DCGM_FI_PROF_SM_ACTIVE=0.5)),
+        (2, ProfilingReadings.of(DCGM_FI_PROF_SM_ACTIVE=0.2)),
+    )
     basis, split = _split_of(_mig_gpu(profiling))
     # Activity is relative to each instance's own slices: 0.5 x 1 against 0.2 x 3.
     small, large = 0.5 / 1.1, 0.6 / 1.1
@@ -210,8 +215,13 @@ def test_mig_instances_share_by_gpm_activity_times_slices_then_evenly_among_hold
     "profiling",
     [
         (),  # no GPM on this GPU
-        ((9, ProfilingReadings(sm_active=0.5)),),  # not every instance has a reading
-        ((9, ProfilingReadings(sm_active=0.0)), (2, ProfilingReadings(sm_active=0.0))),  # idle
+        (
+            (9, ProfilingReadings.of(DCGM_FI_PROF_SM_ACTIVE=0.5)),
+        ),  # not every instance has a reading
+        (
+            (9, ProfilingReadings.of(DCGM_FI_PROF_SM_ACTIVE=0.0)),
+            (2, ProfilingReadings.of(DCGM_FI_PROF_SM_ACTIVE=0.0)),
+        ),  # idle
     ],
     ids=["no-gpm", "partial-gpm", "all-idle"],
 )
@@ -230,7 +240,10 @@ def test_gpm_activity_outside_zero_to_one_never_makes_a_share_that_is_not_a_frac
 ) -> None:
     """+Inf SM activity on one instance once made inf/inf = NaN shares, and NaN joules for good
     (issue 42): a reading that is not finite is no reading, and one above 1 counts as 1."""
-    profiling = ((9, ProfilingReadings(sm_active=bad)), (2, ProfilingReadings(sm_active=0.2)))
+    profiling = (
+        (9, ProfilingReadings.of(DCGM_FI_PROF_SM_ACTIVE=bad)),
+        (2, ProfilingReadings.of(DCGM_FI_PROF_SM_ACTIVE=0.2)),
+    )
     _basis, split = _split_of(_mig_gpu(profiling))
     assert all(0.0 <= share <= 1.0 for share in split.values())
     assert sum(split.values()) == pytest.approx(1.0)
@@ -345,14 +358,18 @@ def test_over_many_snapshots_the_rows_keep_the_gpus_energy_and_never_decrease() 
     ledger = PodEnergyLedger()
     energy = 10_000_000
     previous: dict[tuple[str, ...], float] = {}
-    mig_profiling = ((9, ProfilingReadings(sm_active=0.4)), (2, ProfilingReadings(sm_active=0.1)))
+    mig_profiling = (
+        (9, ProfilingReadings.of(DCGM_FI_PROF_SM_ACTIVE=0.4)),
+        (2, ProfilingReadings.of(DCGM_FI_PROF_SM_ACTIVE=0.1)),
+    )
     for step in range(200):
         energy += rng.randrange(0, 700_000) if step else 0  # the first snapshot is the base
         sm = (rng.choice([0, 0, rng.randrange(1, 60)]), rng.randrange(0, 40))
         gpus = (
             _gpu(0, SHARED, _busy(*sm), energy_mj=energy),
             replace(
-                _mig_gpu(mig_profiling if step % 2 else ()), readings=GpuReadings(energy_mj=energy)
+                _mig_gpu(mig_profiling if step % 2 else ()),
+                readings=GpuReadings.of(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION=energy),
             ),
         )
         joules = _joules(ledger.attach(_node(*gpus, at=float(step))).pod_energy)

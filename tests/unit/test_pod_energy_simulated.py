@@ -70,7 +70,7 @@ def minute() -> Iterator[list[Scrape]]:
     """One scrape per sweep, one sweep every STEP simulated seconds, for a simulated minute."""
     # NVML's energy counter itself every sweep, so that DCGM's figure is the counter.
     with stepped_default_node(
-        "--collector.energy-read-interval=0s", "--collector.slow-fields-interval=0s"
+        "--collector.field-interval=energy-counter=0s", "--collector.field-interval=slow-fields=0s"
     ) as node:
         yield [_parse(node.step(STEP)) for _ in range(int(MINUTE / STEP) + 1)]
 

@@ -59,7 +59,9 @@ def _owner(pod: str, container: str = "main", named: bool = True) -> ProcessOwne
 SHARED_GPU = GpuSnapshot(
     GpuIdentity(0, SHARED, "NVIDIA H100 80GB HBM3", "00000000:18:00.0", mig_enabled=False),
     up=True,
-    readings=GpuReadings(gpu_util_pct=70, fb_used_bytes=30 * GIB, temperature_c=50),
+    readings=GpuReadings.of(
+        DCGM_FI_DEV_GPU_UTIL=70, DCGM_FI_DEV_FB_USED=30 * GIB, DCGM_FI_DEV_GPU_TEMP=50
+    ),
     processes=(
         GpuProcess(101, None, 8 * GIB, 30, _owner("chat-a")),
         GpuProcess(102, None, 2 * GIB, 10, _owner("chat-a", "sidecar")),
@@ -73,7 +75,7 @@ SHARED_GPU = GpuSnapshot(
 MIG_GPU = GpuSnapshot(
     GpuIdentity(1, MIGGPU, "NVIDIA H100 80GB HBM3", "00000000:2A:00.0", mig_enabled=True),
     up=True,
-    readings=GpuReadings(temperature_c=40),
+    readings=GpuReadings.of(DCGM_FI_DEV_GPU_TEMP=40),
     mig_instances=(
         MigInstance("MIG-1", 9, 0, "1g.10gb", fb_used_bytes=5 * GIB),
         MigInstance("MIG-2", 10, 0, "1g.10gb", fb_used_bytes=0),

@@ -69,7 +69,9 @@ class ToyHelper:
         self.calls.append("invalidate")
 
     def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
-        return replace(gpu, profiling=ProfilingReadings(sm_active=gpu.identity.index / 10))
+        return replace(
+            gpu, profiling=ProfilingReadings.of(DCGM_FI_PROF_SM_ACTIVE=gpu.identity.index / 10)
+        )
 
     def run_once(self) -> None:
         self.rounds += 1
@@ -162,7 +164,9 @@ def test_a_helper_is_merged_into_up_gpus_and_reported_in_collectors(
     toy.run_once()  # an odd round: the toy reports failure, and a duration of its own
     snapshot = poller.sweep()
     for gpu in snapshot.gpus:
-        expected = ProfilingReadings(sm_active=gpu.identity.index / 10) if gpu.up else None
+        expected = (
+            ProfilingReadings.of(DCGM_FI_PROF_SM_ACTIVE=gpu.identity.index / 10) if gpu.up else None
+        )
         assert gpu.profiling == expected, gpu.identity.index
     assert not snapshot.gpus[2].up
     assert [c.name for c in snapshot.collectors] == ["nvml", "xid", "toy"]

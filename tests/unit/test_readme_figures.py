@@ -2,12 +2,12 @@
 
 A number with a unit (`5s`, `53.4 MB`, `80.8x`, `nine minutes`, `300 tests`) in README.md must
 appear, with the same value and unit, in a committed result file (`benchmarks/results/`), a docs
-page that holds measured figures, or the code or configuration the README describes there: a
-flag's default in exporter/cli.py, the demo's timings in bundle/localstack/, the bundle's defaults
-in bundle/config.py. Each README section names the files it may quote; a section not named may
-quote any of them. So a figure edited in the README alone fails here, and a figure that goes stale
-is changed where it is measured or defined. Version numbers, ports and counts without a unit are
-not figures here; the few figures that are quoted but held nowhere are in ALLOWED, each with why.
+page that holds measured figures, or the code or configuration the README describes there: a flag's
+default in exporter/flags/table.py, the demo's timings in bundle/localstack/, the bundle's defaults
+in bundle/config.py. Each README section names the files it may quote; a section not named may quote
+any of them. So a figure edited in the README alone fails here, and a figure that goes stale is
+changed where it is measured or defined. Version numbers, ports and counts without a unit are not
+figures here; the few figures that are quoted but held nowhere are in ALLOWED, each with why.
 
 Beside that: the flag tables quote the parser's defaults, image names and tags are the Dockerfile's
 and pyproject.toml's, every `make` target the README names exists, every relative link in the
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import build_parser
+from exporter.flags.parser import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -38,7 +38,7 @@ DOCS = ROOT / "docs"
 # sections not listed may quote any file named here.
 RESULTS = ("benchmarks/results/*.md", "benchmarks/results/*.yaml")
 MEASURED_DOCS = ("docs/benchmarks.md", "docs/performance.md")
-CLI = ("exporter/cli.py",)
+CLI = ("exporter/flags/table.py", "exporter/flags/settings.py")
 DEMO = ("bundle/localstack/*.py",)
 BUNDLE = ("bundle/config.py", "bundle/scrape_configs.py", "dashboards/*.py", "alerts/*.py")
 DEPLOY = (
@@ -142,12 +142,43 @@ def figures(text: str) -> Iterator[Figure]:
         yield Figure(value, unit, m.group(0), m.start("word"), m.end("word"))
 
 
+def _column_unit(header: str) -> tuple[str, Decimal] | None:
+    """The unit a table column's header ends in (`steady RSS MB`, `Prometheus scrape ms`); none
+    for a rate such as `CPU s / h`, or a header that ends in no unit."""
+    words = header.split()
+    if not words or words[-1] not in UNITS or (len(words) > 1 and words[-2] == "/"):
+        return None
+    return UNITS[words[-1]]
+
+
+def table_figures(text: str) -> Iterator[tuple[Decimal, str]]:
+    """(value, unit) of each number that stands alone in a markdown table's cell, with the unit
+    its column's header ends in: a results table writes the unit once, in the header."""
+    units: list[tuple[str, Decimal] | None] = []
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            units = []
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not units:
+            units = [_column_unit(c) for c in cells]
+            continue
+        for cell, unit in zip(cells, units, strict=False):
+            if unit is not None and re.fullmatch(_NUMBER, cell):
+                yield (_decimal(cell) * unit[1]).normalize(), unit[0]
+
+
 @cache
 def held(globs: tuple[str, ...]) -> frozenset[tuple[Decimal, str]]:
-    """(value, unit) of every figure the files matching `globs` hold."""
+    """(value, unit) of every figure the files matching `globs` hold, in their text or in their
+    tables' cells."""
     paths = {p for g in globs for p in ROOT.glob(g) if p.is_file()}
     assert paths, f"no source file matches {globs}"
-    return frozenset((f.value, f.unit) for p in paths for f in figures(p.read_text()))
+    texts = [p.read_text() for p in paths]
+    return frozenset(
+        {(f.value, f.unit) for text in texts for f in figures(text)}
+        | {figure for text in texts for figure in table_figures(text)}
+    )
 
 
 def sections(text: str) -> Iterator[tuple[str, int, int]]:
@@ -217,6 +248,19 @@ def test_the_extractor_finds_figures_and_leaves_versions_ports_and_names_alone()
         (Decimal(8), "GPUs"),
         (Decimal(540), "s"),
     ]
+
+
+def test_a_results_table_gives_its_cells_the_unit_of_their_header() -> None:
+    table = (
+        "| poll | exporter | CPU s / h | steady RSS MB | scrape ms |\n"
+        "|---:|---|---:|---:|---:|\n"
+        "| 1 s | ours | 14.0 | 57.3 | 7.0 |\n"
+        "| 5 s | ours | 10.5 | 57.0 / 58 | - |\n"
+    )
+    assert set(table_figures(table)) == {
+        (Decimal("57.3"), "MB"),
+        (Decimal("0.007"), "s"),
+    }
 
 
 def test_every_figure_in_the_readme_comes_from_a_result_file_or_the_code() -> None:

@@ -50,7 +50,7 @@ class Node:
     def read(self, index: int = 0) -> dict[str, Any]:
         handle = self.sim.api.nvmlDeviceGetHandleByIndex(index)
         readings = self.reader.read_board(self.reader.read_identity(index, handle), handle)
-        return {k: v for k, v in readings.extra if k in RETIRED}
+        return {k: v for k, v in readings.values.items() if k in RETIRED}
 
 
 @pytest.fixture

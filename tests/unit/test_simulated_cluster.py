@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from exporter.app import attribution_sources, with_node_name
-from exporter.cli import parse_config
 from exporter.config import Config
+from exporter.flags.settings import parse_config
 from exporter.kubernetes.pod_metadata import KubernetesView
 from exporter.simulator.cluster_state import TEAM_LABEL, node_labels
 from exporter.simulator.fake_kubelet import FakeKubelet

@@ -8,7 +8,7 @@ import sys
 import pynvml
 import pytest
 
-from exporter.nvml.struct_views import LayoutMismatch, check_same_layout, plain_type, view
+from exporter.struct_views import LayoutMismatch, check_same_layout, plain_type, view
 
 
 def _offsets(ctype: type[ctypes.Structure]) -> list[tuple[str, int, int]]:

@@ -69,7 +69,7 @@ class Node:
     def read(self, index: int = 0) -> dict[str, Any]:
         handle = self.sim.api.nvmlDeviceGetHandleByIndex(index)
         readings = self.reader.read_board(self.reader.read_identity(index, handle), handle)
-        return dict(readings.extra)
+        return dict(readings.values)
 
     def after(self, seconds: float, index: int = 0) -> dict[str, Any]:
         self.now += seconds

@@ -12,6 +12,7 @@ import pytest
 from exporter.simulator.fleet import FleetError
 from tests.conftest import FAST, fleet_from_yaml
 
+LICENSE = "DCGM_FI_DEV_VGPU_LICENSE_STATUS"
 CALL = "nvmlDeviceGetGridLicensableFeatures_v4"
 GUESTS = """
     gpus:
@@ -45,7 +46,7 @@ def test_zero_on_every_gpu_of_the_default_node_read_once_per_identity(sim, make_
     poller = make_poller(sim, NO_HELPERS)
     for _ in range(4):
         snap = poller.sweep()
-    assert [g.readings.vgpu_license_status for g in snap.gpus] == [0] * 8
+    assert [g.readings.values.get(LICENSE) for g in snap.gpus] == [0] * 8
     # Once per GPU with the identity, not once per sweep.
     assert sim.calls[CALL] == len(sim.gpus)
 
@@ -53,7 +54,7 @@ def test_zero_on_every_gpu_of_the_default_node_read_once_per_identity(sim, make_
 def test_a_vgpu_guest_reports_its_licence_state(make_sim, make_poller):
     sim = make_sim(fleet_from_yaml(GUESTS))
     snap = make_poller(sim, NO_HELPERS).sweep()
-    assert [g.readings.vgpu_license_status for g in snap.gpus] == [1, 0, 0]
+    assert [g.readings.values.get(LICENSE) for g in snap.gpus] == [1, 0, 0]
 
 
 def test_a_licence_change_shows_at_the_next_identity_refresh(make_sim, make_poller):
@@ -63,8 +64,8 @@ def test_a_licence_change_shows_at_the_next_identity_refresh(make_sim, make_poll
     slow.sweep()
     every_sweep.sweep()
     sim.gpus[0].vgpu_license = "unlicensed"  # the guest lost its licence
-    assert slow.sweep().gpus[0].readings.vgpu_license_status == 1
-    assert every_sweep.sweep().gpus[0].readings.vgpu_license_status == 0
+    assert slow.sweep().gpus[0].readings.values.get(LICENSE) == 1
+    assert every_sweep.sweep().gpus[0].readings.values.get(LICENSE) == 0
 
 
 @pytest.mark.parametrize(
@@ -75,13 +76,13 @@ def test_an_nvml_error_gives_no_value(sim, make_poller, error, asked_again):
     sim.faults.fail(CALL, error, gpu=2, times=1)
     poller = make_poller(sim, replace(NO_HELPERS, mig_refresh_seconds=0.0))
     first = poller.sweep()
-    assert first.gpus[2].readings.vgpu_license_status is None
-    assert first.gpus[1].readings.vgpu_license_status == 0
+    assert first.gpus[2].readings.values.get(LICENSE) is None
+    assert first.gpus[1].readings.values.get(LICENSE) == 0
     assert first.gpus[2].up  # the rest of the GPU's readings are unaffected
     calls = sim.calls[CALL]
     second = poller.sweep()
     # A transient error is retried at the next identity read; NOT_SUPPORTED is final.
-    assert second.gpus[2].readings.vgpu_license_status == (0 if asked_again else None)
+    assert second.gpus[2].readings.values.get(LICENSE) == (0 if asked_again else None)
     assert sim.calls[CALL] - calls == len(sim.gpus) - (0 if asked_again else 1)
 
 

@@ -49,6 +49,22 @@ metrics
     sizeLimit: 16Mi
 {{- end }}
 
+{{- define "kube-gpu-exporter.bundle.podResourcesVolume" -}}
+pod-resources
+{{- end }}
+
+{{- define "kube-gpu-exporter.bundle.podResourcesDir" -}}
+/pod-resources
+{{- end }}
+
+{{- define "kube-gpu-exporter.bundle.collectorsDir" -}}
+/etc/kube-gpu-exporter/collectors
+{{- end }}
+
+{{- define "kube-gpu-exporter.bundle.collectorsFileName" -}}
+collectors.csv
+{{- end }}
+
 {{- define "kube-gpu-exporter.bundle.enrichmentEnv" -}}
 - name: KUBE_GPU_EXPORTER_KUBERNETES
   value: 'true'

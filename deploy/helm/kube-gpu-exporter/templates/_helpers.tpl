@@ -22,6 +22,11 @@ places it in YAML quotes it (`| quote`), so that no value can add a key where it
 {{- end }}
 {{- end }}
 
+{{/* The namespace of every namespaced object: namespaceOverride, else the release's. */}}
+{{- define "kube-gpu-exporter.namespace" -}}
+{{- .Values.namespaceOverride | default .Release.Namespace }}
+{{- end }}
+
 {{- define "kube-gpu-exporter.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -46,8 +51,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
 {{- end }}
 {{- end }}
 
+{{/* The image: repository@digest with a digest, which the kubelet pulls whatever a tag says; else repository:tag. */}}
 {{- define "kube-gpu-exporter.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
 {{- end }}
 
 {{/* The dcgm-exporter profile the exporter runs: compat.dcgmExporter, else its default. */}}
@@ -88,6 +98,42 @@ flavours the chart carries. Called with (list $ "rules"|"dashboards").
 {{/* The Secret that holds --web.config.file. */}}
 {{- define "kube-gpu-exporter.webConfigSecret" -}}
 {{- .Values.webConfig.existingSecret | default (printf "%s-web-config" (include "kube-gpu-exporter.fullname" .)) }}
+{{- end }}
+
+{{/* The ConfigMap the chart makes of collectors.csv. */}}
+{{- define "kube-gpu-exporter.collectorsConfigMap" -}}
+{{- printf "%s-collectors" (include "kube-gpu-exporter.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Where the exporter reads the collectors CSV: --collectors. */}}
+{{- define "kube-gpu-exporter.collectorsFile" -}}
+{{- printf "%s/%s" (include "kube-gpu-exporter.bundle.collectorsDir" .) (include "kube-gpu-exporter.bundle.collectorsFileName" .) }}
+{{- end }}
+
+{{/* The Secret of the certificate webConfig.selfSignedCert generates. */}}
+{{- define "kube-gpu-exporter.selfSignedSecret" -}}
+{{- printf "%s-tls" (include "kube-gpu-exporter.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The name the generated certificate is for, and the monitors check: the Service's. */}}
+{{- define "kube-gpu-exporter.serverName" -}}
+{{- printf "%s.%s.svc" (include "kube-gpu-exporter.fullname" .) (include "kube-gpu-exporter.namespace" .) }}
+{{- end }}
+
+{{/*
+The web config file the chart makes from webConfig.config, as YAML; with selfSignedCert it names
+the generated certificate and key, which lie beside it (the projected volume).
+*/}}
+{{- define "kube-gpu-exporter.webConfigFile" -}}
+{{- $web := .Values.webConfig }}
+{{- $file := deepCopy $web.config }}
+{{- if $web.selfSignedCert.enabled }}
+{{- $tls := deepCopy (get $file "tls_server_config" | default dict) }}
+{{- $_ := set $tls "cert_file" "tls.crt" }}
+{{- $_ = set $tls "key_file" "tls.key" }}
+{{- $_ = set $file "tls_server_config" $tls }}
+{{- end }}
+{{- toYaml $file }}
 {{- end }}
 
 {{/* The scheme Prometheus and the probes talk to the exporter with. */}}
@@ -131,8 +177,15 @@ scheme: https
 {{- end }}
 interval: {{ $monitor.interval | quote }}
 scrapeTimeout: {{ $monitor.scrapeTimeout | quote }}
-honorLabels: true
-{{- with $monitor.tlsConfig }}
+honorLabels: {{ $monitor.honorLabels | toJson }}
+{{- $tlsConfig := $monitor.tlsConfig }}
+{{- $web := $root.Values.webConfig }}
+{{- if and (not $tlsConfig) $web.enabled $web.selfSignedCert.enabled }}
+{{- /* The generated certificate, from its Secret, for the name it is made for. */}}
+{{- $ca := dict "secret" (dict "name" (include "kube-gpu-exporter.selfSignedSecret" $root) "key" "ca.crt") }}
+{{- $tlsConfig = dict "ca" $ca "serverName" (include "kube-gpu-exporter.serverName" $root) }}
+{{- end }}
+{{- with $tlsConfig }}
 tlsConfig:
   {{- toYaml . | nindent 2 }}
 {{- end }}

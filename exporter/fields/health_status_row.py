@@ -1,6 +1,7 @@
-"""The --collectors rows of dcgm-exporter's health families that the verdict feeds. They live
-here, not in the field table, because they are computed from the verdict, not read from NVML;
-collectors_file looks them up beside the table's rows."""
+"""The --collectors row of dcgm-exporter's DCGM_EXP_GPU_HEALTH_STATUS, which the health verdict
+(exporter/health/) feeds. It is not in the field table because it is computed from the verdict,
+not read from NVML; collectors_file looks it up beside the table's rows, as it does the P2P
+status row."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ GPU_HEALTH_STATUS_ROW = DcgmField(
     help="DCGM reported health status",
     scope=Scope.GPU,
     cadence=Cadence.EVENTS,
-    attribute=None,
     default=False,
 )
 

@@ -4,7 +4,11 @@ Two tables, each between a pair of markers in a docs page: every row of exporter
 (docs/fields.md) and the 4.9 spellings (docs/dcgm-exporter-compatibility.md, 'Version
 profiles'). `make bundle` rewrites them (bundle/render.py) and `python -m bundle.render --check`
 names a page whose blocks differ from a fresh render, so a row edited in the table and not in the
-docs fails the drift check.
+docs fails the drift check. `Block` and the page functions serve the other generated docs tables
+too (exporter/health/docs_table.py, exporter/flags/docs_table.py).
+
+It sits beside exporter/dcgm_compat.py rather than in exporter/fields/: the tables show what the
+profiles make of the rows, and the profiles are made from the field table.
 """
 
 from __future__ import annotations
