@@ -55,9 +55,21 @@ class ClassInterval:
 # The slow fields may be read every sweep (0s); the PCIe sampler blocks 20 ms a direction per GPU
 # each round, so it runs at least a second apart.
 CLASS_INTERVALS: tuple[ClassInterval, ...] = (
-    ClassInterval("slow-fields", 10.0, 0.0, "the slow fields (Cadence.SLOW)"),
-    ClassInterval("energy-counter", 60.0, 0.0, f"NVML's energy counter ({ENERGY_FIELD})"),
-    ClassInterval("pcie-sampler", 15.0, 1.0, "the PCIe throughput sampler"),
+    ClassInterval(
+        "slow-fields",
+        10.0,
+        0.0,
+        "the costly or slowly changing fields (PCIe replays, ECC totals, row remapping, the "
+        "NVLink counters, the power limit), read in the sweep before a learnt scrape",
+    ),
+    ClassInterval(
+        "energy-counter",
+        60.0,
+        0.0,
+        "NVML's energy counter, 4 ms of kernel CPU a read on an H200, carried forward by board "
+        "power in between",
+    ),
+    ClassInterval("pcie-sampler", 15.0, 1.0, "PCIe throughput, a 20 ms sample per direction"),
 )
 CLASS_BY_NAME = {c.name: c for c in CLASS_INTERVALS}
 

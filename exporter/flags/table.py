@@ -141,7 +141,7 @@ FLAGS: tuple[Flag, ...] = (
         None,
         "How often each class of fields, or one field, is read, as NAME=SECONDS; repeatable or "
         "comma-separated. A class: "
-        + ", ".join(f"{c.name}={format_duration(c.default)} ({c.meaning})" for c in CLASS_INTERVALS)
+        + "; ".join(f"{c.name}={format_duration(c.default)}, {c.meaning}" for c in CLASS_INTERVALS)
         + ". A field's classic or 4.9 name, e.g. DCGM_FI_DEV_GPU_TEMP=30s, reads that field at "
         "most this often instead of on its class's interval (0s: every sweep); the energy "
         "counter's name sets energy-counter. Sampled, event and identity fields, and the clock "

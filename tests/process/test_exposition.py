@@ -49,7 +49,8 @@ def test_one_gpu_whose_value_cannot_render_costs_only_its_own_series(make_poller
     assert broken.readings is not None
     gpus = list(snapshot.gpus)
     # A value no formatter knows, in one GPU's readings only.
-    gpus[3] = replace(broken, readings=replace(broken.readings, temperature_c="hot"))
+    hot = broken.readings.with_values({"DCGM_FI_DEV_GPU_TEMP": "hot"})
+    gpus[3] = replace(broken, readings=hot)
     text = render(replace(snapshot, gpus=tuple(gpus)))
     temps = [line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_TEMP{")]
     uuids = {uuid_of(line) for line in temps}

@@ -18,30 +18,11 @@ import pydantic
 import pytest
 import yaml
 from cloudcoil.models.prometheus_operator import v1
-from cloudcoil.resources import Resource
 
 from bundle.flavours import FLAVOURS
+from tests.support.monitoring_crds import MODELS, strictly, validate
 from tests.unit.test_deploy import BUILDS
 from tests.unit.test_helm_chart import CHART, CI, ROOT, ci_values, objects, render
-
-MODELS: dict[str, type[Resource]] = {
-    "ServiceMonitor": v1.ServiceMonitor,
-    "PodMonitor": v1.PodMonitor,
-    "PrometheusRule": v1.PrometheusRule,
-}
-
-
-def strictly(model: type[pydantic.BaseModel], data: dict[str, Any]) -> None:
-    """Raise pydantic.ValidationError where `data` breaks `model`. On their own the models ignore
-    unknown keys, take a field's Python name beside its JSON one, and coerce "true" to true."""
-    parsed = model.model_validate(data, strict=True, extra="forbid", by_alias=True, by_name=False)
-    # Nothing dropped, defaulted or converted on the way.
-    assert parsed.model_dump(mode="json", by_alias=True, exclude_unset=True) == data
-
-
-def validate(doc: dict[str, Any]) -> None:
-    """Raise pydantic.ValidationError where `doc` breaks its kind's CRD schema."""
-    strictly(MODELS[doc["kind"]], doc)
 
 
 def validated_kinds(docs: list[dict[str, Any]]) -> set[str]:
