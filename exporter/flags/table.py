@@ -447,4 +447,3 @@ FLAGS: tuple[Flag, ...] = (
 )
 
 BY_NAME = {flag.name: flag for flag in FLAGS}
-BY_DEST = {flag.dest: flag for flag in FLAGS}

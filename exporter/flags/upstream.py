@@ -50,10 +50,6 @@ def _log_format(value: str) -> str:
     return "logfmt" if value.strip().lower() == "text" else value
 
 
-def _debug(value: str) -> str | None:
-    return _true_then("debug")(value)
-
-
 UPSTREAM: tuple[Upstream, ...] = (
     Upstream(
         ("-f", "--collectors"),
@@ -204,7 +200,7 @@ UPSTREAM: tuple[Upstream, ...] = (
         "`--log.level=debug`",
         "true logs at debug level",
         "--log.level",
-        _debug,
+        _true_then("debug"),
     ),
     Upstream(
         ("--config-file",),
