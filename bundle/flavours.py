@@ -91,7 +91,7 @@ def relocate(version: str, path: str) -> str:
 def flavour_paths(version: str) -> FlavourPaths:
     if version not in FLAVOURS:
         raise KeyError(f"no committed flavour for dcgm-exporter {version}: {', '.join(FLAVOURS)}")
-    from dashboards.render import DASHBOARDS
+    from bundle.dashboards.render import DASHBOARDS
 
     def at(path: str) -> Path:
         return Path(relocate(version, path))

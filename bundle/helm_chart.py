@@ -1131,8 +1131,9 @@ def chart_files(
     dashboards: Mapping[str, Mapping[str, str]],
 ) -> dict[str, str]:
     """The chart's generated files, repository-relative. `rules`: each flavour's PrometheusRule
-    (alerts/rules_file.py); `dashboards`: each flavour's dashboard files (dashboards/render.py),
-    both keyed by the `--compat.dcgm-exporter` value the flavour is made for."""
+    (bundle/alerts/rules_file.py); `dashboards`: each flavour's dashboard files
+    (bundle/dashboards/render.py), both keyed by the `--compat.dcgm-exporter` value the flavour
+    is made for."""
     versions = list(rules)
     files = {
         "Chart.yaml": chart_yaml(),
@@ -1142,7 +1143,7 @@ def chart_files(
     }
     for version, rule in rules.items():
         files[f"files/prometheus-rules/{flavour_dir(version)}.yaml"] = dump(
-            rule["spec"], "alerts/rules_file.py"
+            rule["spec"], "bundle/alerts/rules_file.py"
         )
     for version, made in dashboards.items():
         for path, content in sorted(made.items()):

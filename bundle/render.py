@@ -46,10 +46,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _alerts(config: BundleConfig) -> dict[str, str]:
-    from alerts.rules_file import alert_groups, prometheus_rule, recording_groups, rules_document
+    from bundle.alerts.rules_file import (
+        alert_groups,
+        prometheus_rule,
+        recording_groups,
+        rules_document,
+    )
     from bundle.yaml_output import dump
 
-    source = "alerts/*.py"
+    source = "bundle/alerts/*.py"
     return {
         "alerts/prometheus_alerts.yaml": dump(rules_document(alert_groups(config), config), source),
         "alerts/prometheus_rules.yaml": dump(
@@ -60,7 +65,7 @@ def _alerts(config: BundleConfig) -> dict[str, str]:
 
 
 def _dashboards(config: BundleConfig) -> dict[str, str]:
-    from dashboards.render import dashboard_files
+    from bundle.dashboards.render import dashboard_files
 
     return dashboard_files(config)
 
@@ -72,10 +77,10 @@ def _scrape_configs(config: BundleConfig) -> dict[str, str]:
 
 
 def _deploy(config: BundleConfig) -> dict[str, str]:
-    from alerts.rules_file import prometheus_rule
+    from bundle.alerts.rules_file import prometheus_rule
+    from bundle.dashboards.render import dashboard_files
     from bundle.deploy_manifests import manifest_files
     from bundle.scrape_configs import service_monitor
-    from dashboards.render import dashboard_files
 
     return manifest_files(
         config, prometheus_rule(config), service_monitor(config), dashboard_files(config)
@@ -87,9 +92,9 @@ def _helm_chart(config: BundleConfig) -> dict[str, str]:
     `config`'s flavour and, for the default profile, of every other committed flavour, as
     bundle_files makes them. Not one of GENERATORS: those make one flavour's files, and the
     chart holds every flavour."""
-    from alerts.rules_file import prometheus_rule
+    from bundle.alerts.rules_file import prometheus_rule
+    from bundle.dashboards.render import dashboard_files
     from bundle.helm_chart import chart_files
-    from dashboards.render import dashboard_files
 
     flavours = {config.dcgm_version: config}
     if config.dcgm_version == DEFAULT.dcgm_version:

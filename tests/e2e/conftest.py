@@ -22,9 +22,9 @@ import pytest
 
 from bundle.config import DEFAULT, BundleConfig
 from bundle.localstack.configs import FAST, quick_alerts
+from bundle.localstack.grafana_queries import seconds
 from bundle.localstack.prometheus_api import PrometheusAPI
 from bundle.localstack.stack import CompanionExporter, LocalStack
-from dashboards.grafana_queries import seconds
 from tests.e2e.ksm_fake import FakeKubeStateMetrics
 from tests.e2e.upstream_profiles import (
     GPU_OPERATOR_RULES_FILE,

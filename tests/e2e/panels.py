@@ -11,9 +11,15 @@ from pathlib import Path
 from bundle.config import DEFAULT
 from bundle.flavours import flavour_paths
 from bundle.localstack.configs import FAST
+from bundle.localstack.grafana_queries import (
+    macros,
+    panel_queries,
+    resolve_variables,
+    seconds,
+    substitute,
+)
 from bundle.localstack.prometheus_api import PrometheusAPI
 from bundle.render import ROOT
-from dashboards.grafana_queries import macros, panel_queries, resolve_variables, seconds, substitute
 
 
 def dashboards_of(version: str) -> list[Path]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from dashboards.grafana_queries import resolve_variables, substitute
+from bundle.localstack.grafana_queries import resolve_variables, substitute
 from exporter.dcgm_compat import profile
 from tests.e2e.conftest import wait_until
 from tests.e2e.upstream_profiles import (

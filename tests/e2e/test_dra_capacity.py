@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from alerts import recording as r
+from bundle.alerts import recording as r
 from bundle.config import DEFAULT
 from bundle.localstack.stack import CompanionExporter, LocalStack
 from exporter.simulator.fake_kubelet import FakeKubelet

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from alerts import gpu_health
+from bundle.alerts import gpu_health
 from bundle.config import DEFAULT
 from bundle.localstack.stack import LocalStack
 from tests.e2e.conftest import (

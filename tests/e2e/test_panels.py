@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from alerts import recording as r
+from bundle.alerts import recording as r
 from bundle.dcgm_units import rename
 from bundle.flavours import FLAVOURS
+from bundle.localstack.grafana_queries import resolve_variables, seconds
 from bundle.localstack.stack import LocalStack
-from dashboards.grafana_queries import resolve_variables, seconds
 from exporter.dcgm_compat import RENAMES_4_9
 from tests.e2e.conftest import started_stack, wait_for_rule_evaluations, wait_until
 from tests.e2e.ksm_fake import PENDING_POD, FakeKubeStateMetrics, ksm_exposition

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import yaml
 
-from alerts import recording as r
-from alerts.rules_file import recording_groups, rules_document
+from bundle.alerts import recording as r
+from bundle.alerts.rules_file import recording_groups, rules_document
+from bundle.dashboards.render import dashboard_files
 from bundle.render import bundle_files
-from dashboards.render import dashboard_files
 from tests.unit.test_bundle_energy import (
     CAPACITY,
     CARBON,

@@ -47,9 +47,9 @@ def test_the_wheel_ships_a_working_generator(tmp_path: Path) -> None:
         names = set(archive.namelist())
         archive.extractall(site)
         metadata = next(archive.read(n) for n in names if n.endswith(".dist-info/METADATA"))
-    for module in ("bundle/render.py", "bundle/overrides.py", "alerts/rules_file.py"):
+    for module in ("bundle/render.py", "bundle/overrides.py", "bundle/alerts/rules_file.py"):
         assert module in names
-    assert "dashboards/render.py" in names
+    assert "bundle/dashboards/render.py" in names
     assert b"Provides-Extra: bundle" in metadata
     assert b'grafanalib==0.7.1; extra == "bundle"' in metadata
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from alerts import gpu_health, recording
-from alerts.rule_types import Alert, Record
-from alerts.rules_file import alert_groups, recording_groups
 from bundle import render as bundle_render
+from bundle.alerts import gpu_health, recording
+from bundle.alerts.rule_types import Alert, Record
+from bundle.alerts.rules_file import alert_groups, recording_groups
 from bundle.config import (
     DEFAULT,
     BundleConfig,
@@ -29,11 +29,11 @@ from bundle.config import (
     Resources,
     Selectors,
 )
+from bundle.dashboards.panels import TableQuery, table
 from bundle.dcgm_units import classic_to_profile, spelled, unit_factor
 from bundle.flavour_translate import Translator
 from bundle.flavours import FLAVOURS, flavour_paths
 from bundle.scrape_configs import OPERATOR_TARGET_LABELS
-from dashboards.panels import TableQuery, table
 from exporter.attribution.context import AttributionContext
 from exporter.attribution.pod_energy import PodEnergyLedger
 from exporter.config import CollectionConfig, HostLabel

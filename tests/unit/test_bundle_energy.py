@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts import recording as r
-from alerts.rules_file import recording_groups
 from bundle import overrides
+from bundle.alerts import recording as r
+from bundle.alerts.rules_file import recording_groups
 from bundle.config import DEFAULT, BundleConfig, BundleConfigError
+from bundle.dashboards.render import dashboard_files
 from bundle.render import main
-from dashboards.render import dashboard_files
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPACITY = "dashboards/provisioned/gpu-cluster-capacity.json"

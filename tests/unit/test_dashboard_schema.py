@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dashboards.render import OLDEST_GRAFANA
+from bundle.dashboards.render import OLDEST_GRAFANA
 from tests.grafana_schema.check import (
     Finding,
     SchemaToolError,

@@ -40,7 +40,12 @@ RESULTS = ("benchmarks/results/*.md", "benchmarks/results/*.yaml")
 MEASURED_DOCS = ("docs/benchmarks.md", "docs/performance.md")
 CLI = ("exporter/flags/table.py", "exporter/flags/settings.py")
 DEMO = ("bundle/localstack/*.py",)
-BUNDLE = ("bundle/config.py", "bundle/scrape_configs.py", "dashboards/*.py", "alerts/*.py")
+BUNDLE = (
+    "bundle/config.py",
+    "bundle/scrape_configs.py",
+    "bundle/dashboards/*.py",
+    "bundle/alerts/*.py",
+)
 DEPLOY = (
     "Dockerfile",
     "Makefile",

@@ -10,13 +10,11 @@ from fractions import Fraction
 
 import pynvml
 
-from alerts import gpu_health as gh
-from alerts import nvlink_fabric as nf
+from bundle.alerts import gpu_health as gh
+from bundle.alerts import nvlink_fabric as nf
 from bundle.config import BundleConfig
-from bundle.dcgm_units import plain, scaled, unit_factor
-from bundle.promql import QueryBuilder
-from dashboards import variables
-from dashboards.panels import (
+from bundle.dashboards import variables
+from bundle.dashboards.panels import (
     Cell,
     TableQuery,
     gauge,
@@ -26,6 +24,8 @@ from dashboards.panels import (
     target,
     timeseries,
 )
+from bundle.dcgm_units import plain, scaled, unit_factor
+from bundle.promql import QueryBuilder
 
 TITLE = "Devices"
 FILE = "gpu-devices"

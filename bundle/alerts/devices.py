@@ -4,8 +4,8 @@ pods using it are named in the description."""
 
 from __future__ import annotations
 
-from alerts import templates
-from alerts.rule_types import Alert, Group
+from bundle.alerts import templates
+from bundle.alerts.rule_types import Alert, Group
 from bundle.config import BundleConfig
 from bundle.dcgm_units import number
 from bundle.promql import QueryBuilder, regex_of

@@ -3,8 +3,8 @@ kubelet. Without these a silent exporter looks exactly like a healthy GPU fleet.
 
 from __future__ import annotations
 
-from alerts import templates
-from alerts.rule_types import Alert, Group
+from bundle.alerts import templates
+from bundle.alerts.rule_types import Alert, Group
 from bundle.config import BundleConfig
 from bundle.promql import QueryBuilder
 

@@ -1,18 +1,16 @@
 """GPU Cluster Capacity: what the fleet has, what pods can get, what they hold, what they use,
-and where GPUs are wasted. Reads the recording rules (alerts/recording.py) so it stays fast on a
-1,000-node cluster; only the per-pod idle table reads raw device series."""
+and where GPUs are wasted. Reads the recording rules (bundle/alerts/recording.py) so it stays
+fast on a 1,000-node cluster; only the per-pod idle table reads raw device series."""
 
 from __future__ import annotations
 
 from fractions import Fraction
 
-from alerts import gpu_health as gh
-from alerts import recording as r
+from bundle.alerts import gpu_health as gh
+from bundle.alerts import recording as r
 from bundle.config import BundleConfig
-from bundle.dcgm_units import number, plain, scaled, unit_factor
-from bundle.promql import QueryBuilder
-from dashboards import variables
-from dashboards.panels import (
+from bundle.dashboards import variables
+from bundle.dashboards.panels import (
     Cell,
     TableQuery,
     bargauge,
@@ -22,6 +20,8 @@ from dashboards.panels import (
     target,
     timeseries,
 )
+from bundle.dcgm_units import number, plain, scaled, unit_factor
+from bundle.promql import QueryBuilder
 
 TITLE = "Cluster Capacity"
 FILE = "gpu-cluster-capacity"
@@ -573,7 +573,7 @@ def energy(config: BundleConfig) -> list[Cell]:
     right for any range of a minute or more, and only since the rules were installed (a record has
     no past). `increase(...[$__range])` of the raw counters instead would read every container's
     samples of the range on each refresh, and could not count two exporter pods reporting one
-    container once without losing one's share of the range (see alerts/recording.py)."""
+    container once without losing one's share of the range (see bundle/alerts/recording.py)."""
     q = QueryBuilder(config, dashboard=True)
     ns_filter = f'{q.namespace}=~"$namespace"'
     node_filter = f'{q.node}=~"$node"'

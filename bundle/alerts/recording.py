@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from alerts.rule_types import Group, Record
+from bundle.alerts.rule_types import Group, Record
 from bundle.config import BundleConfig
 from bundle.dcgm_units import number
 from bundle.promql import QueryBuilder

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 import pynvml
 
-from alerts import templates
-from alerts.rule_types import Alert, Group
+from bundle.alerts import templates
+from bundle.alerts.rule_types import Alert, Group
 from bundle.config import BundleConfig
 from bundle.promql import QueryBuilder
 from exporter import fabric_health

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from alerts import templates
-from alerts.rule_types import Alert, Group
+from bundle.alerts import templates
+from bundle.alerts.rule_types import Alert, Group
 from bundle.config import BundleConfig
 from bundle.promql import QueryBuilder
 

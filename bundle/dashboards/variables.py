@@ -6,8 +6,8 @@ from __future__ import annotations
 from grafanalib import core as g
 
 from bundle.config import BundleConfig
+from bundle.dashboards.panels import DATASOURCE
 from bundle.promql import QueryBuilder
-from dashboards.panels import DATASOURCE
 
 ON_TIME_RANGE_CHANGE = 2
 HIDE_VARIABLE = 2

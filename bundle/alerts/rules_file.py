@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from alerts import capacity, devices, exporter_health, gpu_health, nvlink_fabric, recording
-from alerts.rule_types import Group
+from bundle.alerts import capacity, devices, exporter_health, gpu_health, nvlink_fabric, recording
+from bundle.alerts.rule_types import Group
 from bundle.config import BundleConfig
 
 

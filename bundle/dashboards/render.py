@@ -23,8 +23,8 @@ from typing import Any
 from grafanalib import core as g
 
 from bundle.config import BundleConfig
-from dashboards import cluster_capacity, gpu_devices
-from dashboards.panels import Cell, ref_id
+from bundle.dashboards import cluster_capacity, gpu_devices
+from bundle.dashboards.panels import Cell, ref_id
 
 DASHBOARDS: tuple[ModuleType, ...] = (cluster_capacity, gpu_devices)
 # The oldest Grafana the dashboards support, written into `__requires`
