@@ -101,18 +101,14 @@ def package_of(module: str) -> str:
     return module
 
 
-def _package_graph(
-    modules: dict[str, frozenset[str]], left_out: frozenset[tuple[str, str]] = frozenset()
-) -> dict[str, frozenset[str]]:
-    """`modules`' graph with each module collapsed to its package, without the module imports
-    in `left_out`."""
+def _package_graph(modules: dict[str, frozenset[str]]) -> dict[str, frozenset[str]]:
+    """`modules`' graph with each module collapsed to its package."""
     graph: dict[str, set[str]] = {}
     for module, targets in modules.items():
         edges = graph.setdefault(package_of(module), set())
         for target in targets:
             graph.setdefault(package_of(target), set())
-            if (module, target) not in left_out:
-                edges.add(package_of(target))
+            edges.add(package_of(target))
     return {package: frozenset(edges - {package}) for package, edges in graph.items()}
 
 
@@ -205,8 +201,6 @@ def test_the_package_graph_collapses_modules_to_their_packages():
     }
     assert _cycles(modules) == []
     assert _cycles(_package_graph(modules)) == [["bundle.alerts", "bundle.dashboards"]]
-    left_out = frozenset({("bundle.dashboards.z", "bundle.alerts.w")})
-    assert _cycles(_package_graph(modules, left_out)) == []
 
 
 def test_the_package_graph_reads_every_top_level_package():
