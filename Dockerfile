@@ -37,9 +37,13 @@ RUN --mount=type=secret,id=ca-bundle,required=false \
         "$WITH_KUBERNETES" > requirements.txt; \
     "$venv/bin/pip" install --no-cache-dir --only-binary=:all: --requirement requirements.txt
 COPY README.md ./
-COPY exporter ./exporter
+COPY kube_gpu_exporter ./kube_gpu_exporter
+# The wheel's one package also carries the bundle generator and the hand-written files it reads;
+# they are needed to build the wheel, and removed below with the rest the exporter never uses.
+COPY alerts ./alerts
+COPY deploy/helm ./deploy/helm
 # The wheel then goes in without resolving again. Then what the running exporter never uses
-# goes: pip, setuptools and wheel, the dependencies' own test suites, and the kubernetes client's
+# goes: the bundle generator (it needs grafanalib, which the image lacks), pip, setuptools and wheel, the dependencies' own test suites, and the kubernetes client's
 # asyncio twin, kubernetes.aio (66 MB, a third of the virtualenv): the exporter uses the
 # synchronous client, and nothing outside kubernetes.aio imports it. Bytecode is compiled once,
 # here, because the root filesystem is read-only at run time; pip already compiled what it
@@ -51,7 +55,7 @@ RUN --mount=type=secret,id=ca-bundle,required=false \
     "$venv/bin/python" -m pip uninstall --yes --quiet pip setuptools wheel; \
     site="$(echo "$venv"/lib/python3*/site-packages)"; \
     find "$site" -mindepth 2 -type d -name tests -prune -exec rm -rf {} +; \
-    rm -rf "$site/kubernetes/aio"; \
+    rm -rf "$site/kubernetes/aio" "$site/kube_gpu_exporter/bundle"; \
     "$venv/bin/python" -m compileall -q "$venv"
 
 FROM ${PYTHON_IMAGE}

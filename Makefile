@@ -56,7 +56,7 @@ run: $(VENV)/.installed-run
 
 ## demo: the exporter on its simulated node with a real Prometheus and Alertmanager, until Ctrl-C
 demo: $(VENV)/.installed-bundle system-deps
-	$(PY) -m bundle.localstack $(ARGS)
+	$(PY) -m kube_gpu_exporter.bundle.localstack $(ARGS)
 
 # Debian packages the tests, benchmarks and demo use: Prometheus, Alertmanager, wrk, VictoriaMetrics
 # with vmalert for the global-view test, and podman, runc, buildah, skopeo and debootstrap to build
@@ -187,20 +187,20 @@ soak: $(VENV)/.installed
 	$(PY) -m benchmarks.soak $(ARGS)
 
 ## bundle: regenerate dashboards, rules, scrape configs, deploy/ and the Helm chart's generated
-## parts (and the values tables of README.md and docs/helm.md) from bundle/config.py; with
+## parts (and the values tables of README.md and docs/helm.md) from kube_gpu_exporter/bundle/config.py; with
 ## CONFIG=my.yaml OUT=DIR, your overrides of those defaults into DIR (OUT alone: the defaults)
 bundle: $(VENV)/.installed-bundle
-	$(PY) -m bundle.render $(if $(CONFIG),--config '$(CONFIG)') $(if $(OUT),--out '$(OUT)')
+	$(PY) -m kube_gpu_exporter.bundle.render $(if $(CONFIG),--config '$(CONFIG)') $(if $(OUT),--out '$(OUT)')
 
 ## chart: `helm lint --strict` the Helm chart in deploy/helm/kube-gpu-exporter, then package it
 ## as dist/kube-gpu-exporter-<version>.tgz, both with Helm's own engine (helm-python-sdk, in the
 ## [test] extra); `make bundle` writes the chart's generated parts
 chart: $(VENV)/.installed
-	$(PY) -m bundle.helm_chart package --out dist
+	$(PY) -m kube_gpu_exporter.bundle.helm_chart package --out dist
 
 ## protos: regenerate the committed pod-resources gRPC stubs from their .proto
 protos: $(VENV)/.installed
-	$(PY) -m exporter.podresources.generate_stubs
+	$(PY) -m kube_gpu_exporter.exporter.podresources.generate_stubs
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -21,8 +21,8 @@ from typing import Any
 import pynvml
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from exporter.dcgm_compat import DEFAULT_PROFILE
-from exporter.nvml.device_reader import field_value
+from kube_gpu_exporter.exporter.dcgm_compat import DEFAULT_PROFILE
+from kube_gpu_exporter.exporter.nvml.device_reader import field_value
 
 log = logging.getLogger(__name__)
 # The exporter's default host label, so both serve the same label names.
@@ -251,7 +251,7 @@ class BaselineExporter:
             return {}
         import grpc
 
-        from exporter.podresources.v1 import api_pb2, api_pb2_grpc
+        from kube_gpu_exporter.exporter.podresources.v1 import api_pb2, api_pb2_grpc
 
         owners: dict[tuple[str, str], tuple[str, str, str]] = {}
         try:

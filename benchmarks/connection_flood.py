@@ -196,7 +196,7 @@ def exporter(*flags: str) -> Iterator[int]:
     port = free_port()
     process = subprocess.Popen(
         [
-            *(sys.executable, "-m", "exporter", "--simulate", "--collector.interval=1s"),
+            *(sys.executable, "-m", "kube_gpu_exporter", "--simulate", "--collector.interval=1s"),
             *(f"--web.listen-address=127.0.0.1:{port}", *flags),
         ],
         cwd=REPO,

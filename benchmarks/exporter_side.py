@@ -136,7 +136,7 @@ class BenchPrometheus:
     def __init__(
         self, target_ports: Sequence[int], workdir: Path, scrape_interval: str, scrape_timeout: str
     ) -> None:
-        from bundle.localstack.processes import ChildProcess, find_binary
+        from kube_gpu_exporter.bundle.localstack.processes import ChildProcess, find_binary
 
         self.port = free_port()
         config = workdir / "prometheus.yml"
@@ -173,7 +173,7 @@ class BenchPrometheus:
     def scrape_seconds(self, target_port: int) -> tuple[float | None, int]:
         """Mean duration of the run's successful scrapes of one target (None if none), and how
         many failed."""
-        from bundle.localstack.prometheus_api import PrometheusAPI
+        from kube_gpu_exporter.bundle.localstack.prometheus_api import PrometheusAPI
 
         api = PrometheusAPI(f"http://127.0.0.1:{self.port}")
         selector = f'job="bench",instance="127.0.0.1:{target_port}"'

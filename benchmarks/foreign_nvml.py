@@ -6,7 +6,7 @@ functions into its own globals at import time (`from pynvml import *`), resolves
 queries give by `getattr` on itself, and calls `pynvml.nvmlInitWithFlags` and `nvmlShutdown`
 through the module; none of it takes an object. To measure it beside ours on the same simulated
 node, the process that runs it replaces pynvml's functions with the simulator's before nvitop is
-imported. Only that process does: nothing in exporter/ or the tests patches pynvml
+imported. Only that process does: nothing in kube_gpu_exporter/exporter/ or the tests patches pynvml
 (tests/unit/test_import_graph.py holds that, and names this file as the exception).
 """
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.simulated import fleet_spec
-from exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
 
 # Blocking waits for events are not polls: they sit in the driver until an XID arrives.
 _WAITS = ("nvmlEventSetWait", "nvmlEventSetWait_v2")
@@ -59,15 +59,18 @@ def _wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> None:
 
 
 def measure_ours(nvml: FakeNvml, socket_path: str) -> dict[str, Any]:
-    from exporter.attribution.context import AttributionContext
-    from exporter.attribution.join import join
-    from exporter.attribution.model import AttributedNode
-    from exporter.config import CollectionConfig, LabelConfig
-    from exporter.exposition.renderer import Renderer
-    from exporter.exposition.store import build_exposition
-    from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
-    from exporter.poller import Poller
-    from exporter.snapshot import NodeSnapshot
+    from kube_gpu_exporter.exporter.attribution.context import AttributionContext
+    from kube_gpu_exporter.exporter.attribution.join import join
+    from kube_gpu_exporter.exporter.attribution.model import AttributedNode
+    from kube_gpu_exporter.exporter.config import CollectionConfig, LabelConfig
+    from kube_gpu_exporter.exporter.exposition.renderer import Renderer
+    from kube_gpu_exporter.exporter.exposition.store import build_exposition
+    from kube_gpu_exporter.exporter.podresources.client import (
+        PodResourcesClient,
+        PodResourcesWatcher,
+    )
+    from kube_gpu_exporter.exporter.poller import Poller
+    from kube_gpu_exporter.exporter.snapshot import NodeSnapshot
 
     watcher = PodResourcesWatcher(PodResourcesClient(socket_path), 5.0)
     if not watcher.refresh():
@@ -156,7 +159,7 @@ def measure_nvitop(nvml: FakeNvml) -> dict[str, Any]:
 
 
 def measure(fleet_name: str) -> dict[str, Any]:
-    from exporter.simulator.fake_kubelet import FakeKubelet
+    from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
 
     # Each call costs the CPU a real one does (call_costs.py), as on a node; only the PCIe
     # window's wait, which costs no CPU, is left out to keep the run short.

@@ -11,13 +11,14 @@ interval runs twice:
 - `live`: the simulated NVML computes every answer from its workload models, inside each
   exporter's process, as in the rest of `make bench`;
 - `precomputed`: it replays remembered answers at the cost of a dictionary lookup
-  (exporter/simulator/precomputed_answers.py), so what remains is the exporter's own cost.
+  (kube_gpu_exporter/exporter/simulator/precomputed_answers.py), so what remains is the exporter's
+  own cost.
 
 Either way every call also costs what the same call cost on a real H200
-(exporter/simulator/call_costs.py): CPU for a getter, 4 ms of it for the energy counter. The
-difference between the two is the simulator's share. CPU per sweep is the CPU rate divided by
-the sweeps an hour (3600 / interval); it includes everything the process does in that time
-(scrapes, background threads), which is what a node pays.
+(kube_gpu_exporter/exporter/simulator/call_costs.py): CPU for a getter, 4 ms of it for the energy
+counter. The difference between the two is the simulator's share. CPU per sweep is the CPU rate
+divided by the sweeps an hour (3600 / interval); it includes everything the process does in that
+time (scrapes, background threads), which is what a node pays.
 
 `--calibrate` checks the cost model against the one real measurement there is: on a node shaped
 like that run (one H200 alone, MIG off, idle, a 1 s poll, precomputed answers), the exporter in

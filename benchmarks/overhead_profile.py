@@ -40,7 +40,7 @@ from benchmarks.processes import REPO, fake_kubelet, free_port
 
 if TYPE_CHECKING:
     # Only for annotations: the imports view measures what the child process imports.
-    from exporter.nvml.source import NvmlSource
+    from kube_gpu_exporter.exporter.nvml.source import NvmlSource
 
 MB = 1_000_000
 VIEWS = ("threads", "cpu", "imports", "heap")
@@ -57,12 +57,13 @@ def _rss_bytes() -> int:
 
 
 def _package_of(path: str) -> str:
-    """A source file as the package a reader knows: `exporter.nvml`, `aiohttp`, `asyncio`; the
-    benchmarks' own modules (the precomputed answers' replay) as `benchmarks`."""
-    for ours in ("exporter", "benchmarks"):
+    """A source file as the package a reader knows: `kube_gpu_exporter.exporter.nvml`, `aiohttp`,
+    `asyncio`; the benchmarks' own modules (the precomputed answers' replay) as `benchmarks`."""
+    # kube_gpu_exporter down to the exporter's subpackages; benchmarks down to its own.
+    for ours, depth in (("kube_gpu_exporter", 2), ("benchmarks", 1)):
         if f"/{ours}/" in path and "site-packages" not in path:
-            parts = path.split(f"/{ours}/", 1)[1].split("/")
-            return ours if len(parts) == 1 else f"{ours}.{parts[0]}"
+            folders = path.split(f"/{ours}/", 1)[1].split("/")[:-1]
+            return ".".join([ours, *folders[:depth]])
     for marker in _SITE:
         if marker in path:
             rest = path.split(marker, 1)[1]

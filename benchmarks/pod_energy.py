@@ -1,8 +1,8 @@
 """What splitting each GPU's energy among its pods costs per sweep on a busy node: the join's
-shares (exporter/attribution/energy_shares.py) and the ledger's counters
-(exporter/attribution/pod_energy.py) over 8 GPUs x 50 processes, every GPU time-sliced among
-containers of 5 processes each, all busy (the SM-share rule, the costliest), with the shares
-moving from sweep to sweep as process accounting would report them.
+shares (kube_gpu_exporter/exporter/attribution/energy_shares.py) and the ledger's counters
+(kube_gpu_exporter/exporter/attribution/pod_energy.py) over 8 GPUs x 50 processes, every GPU
+time-sliced among containers of 5 processes each, all busy (the SM-share rule, the costliest), with
+the shares moving from sweep to sweep as process accounting would report them.
 
     python -m benchmarks.pod_energy [--gpus 8] [--processes 50] [--sweeps 3000]
 
@@ -20,15 +20,15 @@ import time
 from dataclasses import dataclass, replace
 
 from benchmarks.process_accounting import PROCESSES_PER_CONTAINER, Node
-from exporter.attribution.energy_shares import energy_shares
-from exporter.attribution.model import EnergyShares
-from exporter.attribution.pod_energy import PodEnergyLedger
-from exporter.config import LabelConfig
-from exporter.podresources.allocations import Allocation, PodResourcesSnapshot
-from exporter.podresources.attribution import Attribution, attribute
-from exporter.podresources.device_ids import parse_device_id
-from exporter.processes.pod_usage import DeviceKey, DeviceUsage, pod_usage
-from exporter.snapshot import (
+from kube_gpu_exporter.exporter.attribution.energy_shares import energy_shares
+from kube_gpu_exporter.exporter.attribution.model import EnergyShares
+from kube_gpu_exporter.exporter.attribution.pod_energy import PodEnergyLedger
+from kube_gpu_exporter.exporter.config import LabelConfig
+from kube_gpu_exporter.exporter.podresources.allocations import Allocation, PodResourcesSnapshot
+from kube_gpu_exporter.exporter.podresources.attribution import Attribution, attribute
+from kube_gpu_exporter.exporter.podresources.device_ids import parse_device_id
+from kube_gpu_exporter.exporter.processes.pod_usage import DeviceKey, DeviceUsage, pod_usage
+from kube_gpu_exporter.exporter.snapshot import (
     POWER_USAGE,
     TOTAL_ENERGY_CONSUMPTION,
     GpuIdentity,

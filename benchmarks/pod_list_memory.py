@@ -1,7 +1,7 @@
 """What a large pods LIST costs the exporter in memory: its high-water RSS (VmHWM) once it has
 listed this node's pods, with a LIST of a handful of pods and with one just under the 16 MiB
-limit (exporter/kubernetes/api_answers.py), each from the simulator's fake API server over real
-HTTP through the real `kubernetes` client.
+limit (kube_gpu_exporter/exporter/kubernetes/api_answers.py), each from the simulator's fake API
+server over real HTTP through the real `kubernetes` client.
 
     python -m benchmarks.pod_list_memory [--mib 15.5]
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.processes import REPO, free_port, proc_sample, stop, wait_ready
-from exporter.simulator.fake_kube_api import FakeKubeApi, write_kubeconfig
+from kube_gpu_exporter.exporter.simulator.fake_kube_api import FakeKubeApi, write_kubeconfig
 
 NODE = "sim-gpu-node-0"  # the default simulated node
 MIB = 1 << 20
@@ -89,7 +89,13 @@ def measure(list_bytes: int) -> tuple[int, int, float]:
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         kubeconfig = write_kubeconfig(Path(tmp) / "kubeconfig", api.host)
-        argv = [sys.executable, "-m", "exporter", "--simulate", f"--web.listen-address=:{port}"]
+        argv = [
+            sys.executable,
+            "-m",
+            "kube_gpu_exporter",
+            "--simulate",
+            f"--web.listen-address=:{port}",
+        ]
         proc = subprocess.Popen(
             [*argv, "--kubernetes", f"--kubernetes.kubeconfig={kubeconfig}"],
             cwd=REPO,

@@ -33,7 +33,7 @@ from typing import Any
 
 import pynvml
 
-from exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
 
 # Distinct answers kept per call; enough that consecutive sweeps see different values.
 CYCLE = 4

@@ -26,16 +26,16 @@ from unittest import mock
 import pynvml
 
 from benchmarks.inprocess import median_ms
-from exporter.nvml.error_tally import ErrorTally
-from exporter.nvml.guarded_calls import GuardedNvml
-from exporter.nvml.helper import LiveGpu
-from exporter.nvml.mig_reader import MigReader
-from exporter.nvml.process_sampler import ProcessSampler
-from exporter.processes.host_pids import HostPidOwners
-from exporter.processes.owner import PidOwners
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import parse_fleet
-from exporter.snapshot import ProcessOwner
+from kube_gpu_exporter.exporter.nvml.error_tally import ErrorTally
+from kube_gpu_exporter.exporter.nvml.guarded_calls import GuardedNvml
+from kube_gpu_exporter.exporter.nvml.helper import LiveGpu
+from kube_gpu_exporter.exporter.nvml.mig_reader import MigReader
+from kube_gpu_exporter.exporter.nvml.process_sampler import ProcessSampler
+from kube_gpu_exporter.exporter.processes.host_pids import HostPidOwners
+from kube_gpu_exporter.exporter.processes.owner import PidOwners
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import parse_fleet
+from kube_gpu_exporter.exporter.snapshot import ProcessOwner
 
 PROCESSES_PER_CONTAINER = 5
 # One process in this many is also a graphics client, so the lists overlap as on a real node.

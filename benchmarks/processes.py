@@ -22,7 +22,7 @@ PROC = Path("/proc")
 
 
 def free_port() -> int:
-    from bundle.localstack.processes import free_port as free
+    from kube_gpu_exporter.bundle.localstack.processes import free_port as free
 
     return free("127.0.0.1")
 
@@ -35,7 +35,7 @@ def pinned(cpu: int, argv: Sequence[str]) -> list[str]:
 
 
 def wait_ready(port: int, path: str = "/readyz", timeout: float = 30.0) -> None:
-    from bundle.localstack.processes import http_ok
+    from kube_gpu_exporter.bundle.localstack.processes import http_ok
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

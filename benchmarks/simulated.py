@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.precomputed_answers import precomputed_api
-from exporter.nvml.source import NvmlSource
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import FleetSpec, default_fleet, load_fleet
+from kube_gpu_exporter.exporter.nvml.source import NvmlSource
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import FleetSpec, default_fleet, load_fleet
 
 FLEETS_DIR = Path(__file__).resolve().parent / "fleets"
 ANSWERS_VARIABLE = "BENCH_NVML_ANSWERS"
@@ -53,14 +53,14 @@ def simulated_nvml(fleet: FleetSpec) -> NvmlSource:
 
 def run_exporter(nvml: NvmlSource, argv: Sequence[str]) -> int:
     """`kube-gpu-exporter ARGV` as on a GPU host, with `nvml` where the host's library would be:
-    the command line's own steps (exporter/cli.py, main), on a backend that hands the poller
-    `nvml`."""
+    the command line's own steps (kube_gpu_exporter/exporter/cli.py, main), on a backend that hands
+    the poller `nvml`."""
     import socket
 
-    from exporter.app import ignore_stray_signals, run
-    from exporter.flags.settings import parse_config
-    from exporter.logs import configure_logging
-    from exporter.node_backend import NodeBackend
+    from kube_gpu_exporter.exporter.app import ignore_stray_signals, run
+    from kube_gpu_exporter.exporter.flags.settings import parse_config
+    from kube_gpu_exporter.exporter.logs import configure_logging
+    from kube_gpu_exporter.exporter.node_backend import NodeBackend
 
     config = parse_config(argv)
     configure_logging(config.log_level, config.log_format)
@@ -73,7 +73,7 @@ def run_exporter(nvml: NvmlSource, argv: Sequence[str]) -> int:
 
 
 def serve_kubelet(fleet: FleetSpec, socket_path: str) -> None:
-    from exporter.simulator.fake_kubelet import FakeKubelet
+    from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
 
     FakeKubelet(FakeNvml(fleet), socket_path).start()
     while True:

@@ -71,12 +71,12 @@ def serve_accelerated(argv: Sequence[str]) -> int:
     seconds, plus the /-/soak stats route."""
     from aiohttp import web
 
-    from exporter.app import serve_node
-    from exporter.flags.settings import parse_config
-    from exporter.logs import configure_logging
-    from exporter.server import STORE_KEY
-    from exporter.simulator.control import add_control_routes
-    from exporter.simulator.node import simulated_fleet, simulated_node
+    from kube_gpu_exporter.exporter.app import serve_node
+    from kube_gpu_exporter.exporter.flags.settings import parse_config
+    from kube_gpu_exporter.exporter.logs import configure_logging
+    from kube_gpu_exporter.exporter.server import STORE_KEY
+    from kube_gpu_exporter.exporter.simulator.control import add_control_routes
+    from kube_gpu_exporter.exporter.simulator.node import simulated_fleet, simulated_node
 
     interval, flags = float(argv[0]), list(argv[1:])
     config = parse_config([*flags, "--simulate"] if "--simulate" not in flags else flags)

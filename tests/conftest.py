@@ -14,17 +14,21 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from exporter.attribution.context import NO_CONTEXT, AttributionContext
-from exporter.attribution.join import join
-from exporter.config import CollectionConfig, LabelConfig
-from exporter.exposition.renderer import Renderer
-from exporter.exposition.store import Attributed, ExpositionStore, build_exposition
-from exporter.nvml.source import NvmlSource
-from exporter.poller import Poller
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import FleetSpec, default_fleet, parse_fleet
-from exporter.simulator.stepped_time import ManualClock
-from exporter.snapshot import NodeSnapshot
+from kube_gpu_exporter.exporter.attribution.context import NO_CONTEXT, AttributionContext
+from kube_gpu_exporter.exporter.attribution.join import join
+from kube_gpu_exporter.exporter.config import CollectionConfig, LabelConfig
+from kube_gpu_exporter.exporter.exposition.renderer import Renderer
+from kube_gpu_exporter.exporter.exposition.store import (
+    Attributed,
+    ExpositionStore,
+    build_exposition,
+)
+from kube_gpu_exporter.exporter.nvml.source import NvmlSource
+from kube_gpu_exporter.exporter.poller import Poller
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import FleetSpec, default_fleet, parse_fleet
+from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock
+from kube_gpu_exporter.exporter.snapshot import NodeSnapshot
 
 if TYPE_CHECKING:
     from tests.support.fake_kube_api import FakeKubeApi
@@ -115,8 +119,9 @@ def make_poller() -> Iterator[Callable[..., Poller]]:
 def joined_with(
     context: AttributionContext = NO_CONTEXT, labels: LabelConfig = LABELS
 ) -> Attributed:
-    """The join exporter/app.py hands the store, over a context fixed by the test (without the
-    store's energy ledger: tests/unit/test_pod_energy.py adds one where it is the subject)."""
+    """The join kube_gpu_exporter/exporter/app.py hands the store, over a context fixed by the test
+    (without the store's energy ledger: tests/unit/test_pod_energy.py adds one where it is the
+    subject)."""
     return lambda snapshot: join(snapshot, context, labels)
 
 
@@ -215,7 +220,7 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Iterator:
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
 
-    from exporter.cli import main
+    from kube_gpu_exporter.exporter.cli import main
 
     def call(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
         capsys.readouterr()

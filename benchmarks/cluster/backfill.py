@@ -72,7 +72,7 @@ def window(scale: Scale, now: float | None = None) -> tuple[int, int]:
 
 
 def promtool() -> str:
-    from bundle.localstack.processes import find_binary
+    from kube_gpu_exporter.bundle.localstack.processes import find_binary
 
     return find_binary("promtool", package="prometheus")
 
@@ -244,7 +244,7 @@ class Prometheus:
     """A real Prometheus over the backfilled TSDB, restartable so it loads new blocks."""
 
     def __init__(self, data: Path, workdir: Path) -> None:
-        from bundle.localstack.processes import ChildProcess, find_binary
+        from kube_gpu_exporter.bundle.localstack.processes import ChildProcess, find_binary
 
         self.port = free_port()
         self.data = data

@@ -19,14 +19,14 @@ from dataclasses import dataclass, replace
 from benchmarks.cluster.backfill import RULE_EVAL_INTERVAL, Rule, recording_rules
 from benchmarks.cluster.inline_rules import Inliner
 from benchmarks.processes import REPO
-from bundle.localstack.grafana_queries import (
+from kube_gpu_exporter.bundle.localstack.grafana_queries import (
     PanelQuery,
     macros,
     panel_queries,
     resolve_variables,
     substitute,
 )
-from bundle.localstack.prometheus_api import PrometheusAPI, PrometheusAPIError
+from kube_gpu_exporter.bundle.localstack.prometheus_api import PrometheusAPI, PrometheusAPIError
 
 DASHBOARDS = tuple(sorted((REPO / "dashboards" / "provisioned").glob("*.json")))
 STEP_SECONDS = 60

@@ -120,8 +120,8 @@ def scrape_config(scale: Scale, port: int) -> str:
 def measure(
     scale: Scale, types: dict[str, NodeType], workdir: Path, seconds: float = 300.0
 ) -> IngestResult:
-    from bundle.localstack.processes import ChildProcess, find_binary
-    from bundle.localstack.prometheus_api import PrometheusAPI
+    from kube_gpu_exporter.bundle.localstack.processes import ChildProcess, find_binary
+    from kube_gpu_exporter.bundle.localstack.prometheus_api import PrometheusAPI
 
     server = ClusterServer(scale, types)
     # The playing exporters stay on CPU 0, Prometheus gets CPU 1.

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from benchmarks.simulated import fleet_spec
 
 if TYPE_CHECKING:
-    from exporter.config import LabelConfig
+    from kube_gpu_exporter.exporter.config import LabelConfig
 
 # A pod's owner from its name, the way controllers name pods: a Job's `-worker-N`, or the random
 # ReplicaSet and pod suffixes of a Deployment.
@@ -52,8 +52,8 @@ def bundle_labels(node_name: str) -> LabelConfig:
     """The exporter's labels as the bundle's default flavour reads them: its dcgm-exporter
     profile, with the driver-version label that profile puts on every DCGM series, and the
     bundle's host label."""
-    from bundle.config import DEFAULT
-    from exporter.config import HostLabel, LabelConfig
+    from kube_gpu_exporter.bundle.config import DEFAULT
+    from kube_gpu_exporter.exporter.config import HostLabel, LabelConfig
 
     dcgm = DEFAULT.profile
     return LabelConfig(
@@ -65,19 +65,22 @@ def bundle_labels(node_name: str) -> LabelConfig:
 
 
 def record(fleet_name: str, steps: int, step_seconds: float) -> NodeHistory:
-    from exporter.attribution.context import AttributionContext
-    from exporter.attribution.join import join
-    from exporter.attribution.pod_energy import PodEnergyLedger
-    from exporter.config import CollectionConfig
-    from exporter.exposition.renderer import Renderer
-    from exporter.kubernetes.pod_metadata import EMPTY_VIEW, PodMetadata
-    from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
-    from exporter.poller import Poller
-    from exporter.simulator.fake_kubelet import FakeKubelet
-    from exporter.simulator.fake_nvml import FakeNvml
-    from exporter.simulator.host_tree import HostTree
-    from exporter.simulator.processes import ProcessTable
-    from exporter.simulator.stepped_time import SteppedHelpers
+    from kube_gpu_exporter.exporter.attribution.context import AttributionContext
+    from kube_gpu_exporter.exporter.attribution.join import join
+    from kube_gpu_exporter.exporter.attribution.pod_energy import PodEnergyLedger
+    from kube_gpu_exporter.exporter.config import CollectionConfig
+    from kube_gpu_exporter.exporter.exposition.renderer import Renderer
+    from kube_gpu_exporter.exporter.kubernetes.pod_metadata import EMPTY_VIEW, PodMetadata
+    from kube_gpu_exporter.exporter.podresources.client import (
+        PodResourcesClient,
+        PodResourcesWatcher,
+    )
+    from kube_gpu_exporter.exporter.poller import Poller
+    from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
+    from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+    from kube_gpu_exporter.exporter.simulator.host_tree import HostTree
+    from kube_gpu_exporter.exporter.simulator.processes import ProcessTable
+    from kube_gpu_exporter.exporter.simulator.stepped_time import SteppedHelpers
 
     # A history stepped in simulated time: what NVML costs has no bearing on its values, and
     # charging it would only make the backfill slower.

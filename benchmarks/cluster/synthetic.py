@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from benchmarks.cluster.node_history import NodeHistory
-from bundle.config import DEFAULT
+from kube_gpu_exporter.bundle.config import DEFAULT
 
 STEP_SECONDS = 15
 EXPORTER_JOB = "kube-gpu-exporter"

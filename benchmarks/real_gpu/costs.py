@@ -1,5 +1,5 @@
 """The measured cost of each NVML call and field as a YAML table, `nvml-costs-<model>.yaml`: the
-schema the simulator's cost model reads (exporter/simulator/call_costs.py).
+schema the simulator's cost model reads (kube_gpu_exporter/exporter/simulator/call_costs.py).
 
     model_name, pci_device_id, driver_version, source, captured
     reference_us: the simulator's reference workload on this host (call_costs.reference_us), so
@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from benchmarks.real_gpu.latency import FIELD_BATCH_FUNCTION, CallTiming, FieldTiming
-from exporter.simulator.call_costs import reference_us
+from kube_gpu_exporter.exporter.simulator.call_costs import reference_us
 
 HEADER_KEYS = ("model_name", "pci_device_id", "driver_version", "source", "captured")
 
@@ -83,7 +83,8 @@ def cost_header(source: str, captured: str, prog: str) -> str:
         return (
             f"NVML call costs measured on a real GPU by `{prog}` on {captured}.\n"
             "wall_us: median per call; cpu_us: mean user + system CPU of the calling thread.\n"
-            "Schema: benchmarks/real_gpu/costs.py; read by exporter/simulator/call_costs.py."
+            "Schema: benchmarks/real_gpu/costs.py; "
+            "read by kube_gpu_exporter/exporter/simulator/call_costs.py."
         )
     return (
         f"NVML call costs of a SIMULATED GPU, written by `{prog} --simulate` on {captured}.\n"

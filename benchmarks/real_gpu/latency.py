@@ -1,7 +1,7 @@
 """Timings on the GPU: each NVML call the exporter makes, and each field of its field-value batch
 read alone, timed by calling them directly on GPU 0 beside the simulator's cost model
-(exporter/simulator/call_costs.py) and the figures docs/benchmarks.md quotes from the simulated
-benchmarks.
+(kube_gpu_exporter/exporter/simulator/call_costs.py) and the figures docs/benchmarks.md quotes from
+the simulated benchmarks.
 
 Every timed loop also reads the calling thread's user and system CPU before and after, so a call
 that costs wall time only by waiting (the PCIe throughput window) is told apart from one that
@@ -22,18 +22,19 @@ from typing import Any
 import pynvml
 
 from benchmarks.real_gpu.independent import ERROR_NAMES
-from exporter.nvml import device_reader
-from exporter.nvml.binding import NVMLError, error_name
-from exporter.nvml.device_reader import (
+from kube_gpu_exporter.exporter.nvml import device_reader
+from kube_gpu_exporter.exporter.nvml.binding import NVMLError, error_name
+from kube_gpu_exporter.exporter.nvml.device_reader import (
     BATCHED_FIELDS,
     NVLINK_FIELDS,
     POWER_AVERAGE,
     POWER_INSTANT,
 )
-from exporter.simulator.call_costs import MEASURED
+from kube_gpu_exporter.exporter.simulator.call_costs import MEASURED
 
-# The simulator's PCIe sample window (exporter/simulator/fleets/default.yaml, `latency:`): the
-# cost model leaves that call to the window, which the fake waits out per direction.
+# The simulator's PCIe sample window (kube_gpu_exporter/exporter/simulator/fleets/default.yaml,
+# `latency:`): the cost model leaves that call to the window, which the fake waits out per
+# direction.
 SIM_PCIE_WINDOW_MS = 20.0
 # A field read alone above this is named in the report: the H200's costly ones took 150 µs (PCIe
 # replay counter) and 4 ms (total energy), all the others 3-10 µs.
@@ -102,7 +103,7 @@ class TimedCall:
 
 def gpm_pair(nvml: Any, handle: Any) -> Any:
     """Two filled GPM samples and a metrics request over them, as the exporter's GPM thread
-    builds one (exporter/nvml/gpm_sampler.py)."""
+    builds one (kube_gpu_exporter/exporter/nvml/gpm_sampler.py)."""
     first, second = nvml.nvmlGpmSampleAlloc(), nvml.nvmlGpmSampleAlloc()
     nvml.nvmlGpmSampleGet(handle, first)
     nvml.nvmlGpmSampleGet(handle, second)
@@ -115,9 +116,9 @@ def gpm_pair(nvml: Any, handle: Any) -> Any:
 
 
 def timed_calls(nvml: Any) -> list[TimedCall]:
-    """What a sweep (exporter/nvml/device_reader.py) and its helpers (pcie_sampler.py,
-    gpm_sampler.py, poller.py) ask NVML for, with the arguments they pass; `nvml` is the `pynvml`
-    module or the simulator's api object."""
+    """What a sweep (kube_gpu_exporter/exporter/nvml/device_reader.py) and its helpers
+    (pcie_sampler.py, gpm_sampler.py, poller.py) ask NVML for, with the arguments they pass; `nvml`
+    is the `pynvml` module or the simulator's api object."""
     return [
         TimedCall("nvmlDeviceGetCount", lambda h: nvml.nvmlDeviceGetCount()),
         TimedCall("nvmlDeviceGetHandleByIndex", lambda h: nvml.nvmlDeviceGetHandleByIndex(0)),

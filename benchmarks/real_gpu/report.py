@@ -23,8 +23,8 @@ from benchmarks.real_gpu.latency import CallTiming, FieldTiming
 from benchmarks.real_gpu.load import Response
 from benchmarks.real_gpu.markdown import fmt, table, verdict
 from benchmarks.real_gpu.usage import ProcessUsage
-from exporter.nvml.binding import NVMLError, error_name
-from exporter.nvml.mig_profile import profile_from_attributes
+from kube_gpu_exporter.exporter.nvml.binding import NVMLError, error_name
+from kube_gpu_exporter.exporter.nvml.mig_profile import profile_from_attributes
 
 MIB = 1 << 20
 RECORD_KEYS = (

@@ -59,7 +59,7 @@ from benchmarks.real_gpu.report import (
     write_outputs,
 )
 from benchmarks.real_gpu.usage import ProcessUsage, usage_between
-from exporter.nvml.binding import NVMLError, error_name
+from kube_gpu_exporter.exporter.nvml.binding import NVMLError, error_name
 
 PROG = "python -m benchmarks.real_gpu"
 DURATION_FAMILY = "kube_gpu_exporter_collection_duration_seconds"
@@ -151,10 +151,10 @@ def _simulated_node() -> Any:
     """The default fleet with its pods' processes, as the exporter's --simulate builds it: the
     same seed gives the same GPUs, pods and PIDs. The fake kubelet is only asked for its pods;
     it serves nothing."""
-    from exporter.simulator.fake_kubelet import FakeKubelet
-    from exporter.simulator.fake_nvml import FakeNvml
-    from exporter.simulator.fleet import default_fleet
-    from exporter.simulator.processes import ProcessTable
+    from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
+    from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+    from kube_gpu_exporter.exporter.simulator.fleet import default_fleet
+    from kube_gpu_exporter.exporter.simulator.processes import ProcessTable
 
     fake = FakeNvml(default_fleet())
     fake.processes = ProcessTable(fake, FakeKubelet(fake, "/nonexistent/kubelet.sock"))
@@ -174,7 +174,7 @@ def exporter_argv(port: int, simulate: bool) -> list[str]:
     argv = [
         sys.executable,
         "-m",
-        "exporter",
+        "kube_gpu_exporter",
         f"--web.listen-address=127.0.0.1:{port}",
         "--collector.interval=1s",
         "--no-podresources",

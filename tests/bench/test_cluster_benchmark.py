@@ -15,8 +15,8 @@ from benchmarks.cluster.cardinality import DCGM_DEFAULT_COUNTERS, node_cardinali
 from benchmarks.cluster.dashboard_queries import grafana_queries, inliner
 from benchmarks.cluster.synthetic import NodeGroup, Scale
 from benchmarks.prometheus_side import backfilled
-from bundle.config import DEFAULT
-from bundle.localstack.prometheus_api import PrometheusAPI
+from kube_gpu_exporter.bundle.config import DEFAULT
+from kube_gpu_exporter.bundle.localstack.prometheus_api import PrometheusAPI
 from tests.e2e.panels import FABRIC_NODE_PANELS, FAULTY_NODE_PANELS
 
 

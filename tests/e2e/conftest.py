@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from bundle.config import DEFAULT, BundleConfig
-from bundle.localstack.configs import FAST, quick_alerts
-from bundle.localstack.grafana_queries import seconds
-from bundle.localstack.prometheus_api import PrometheusAPI
-from bundle.localstack.stack import CompanionExporter, LocalStack
+from kube_gpu_exporter.bundle.config import DEFAULT, BundleConfig
+from kube_gpu_exporter.bundle.localstack.configs import FAST, quick_alerts
+from kube_gpu_exporter.bundle.localstack.grafana_queries import seconds
+from kube_gpu_exporter.bundle.localstack.prometheus_api import PrometheusAPI
+from kube_gpu_exporter.bundle.localstack.stack import CompanionExporter, LocalStack
 from tests.e2e.ksm_fake import FakeKubeStateMetrics
 from tests.e2e.upstream_profiles import (
     GPU_OPERATOR_RULES_FILE,

@@ -15,26 +15,26 @@ from typing import Any
 
 import yaml
 
-from bundle.config import BundleConfig
-from bundle.localstack.configs import (
+from kube_gpu_exporter.bundle.config import BundleConfig
+from kube_gpu_exporter.bundle.localstack.configs import (
     RULE_FILES,
     Timing,
     alertmanager_config,
     exporter_flags,
     write_rule_files,
 )
-from bundle.localstack.processes import (
+from kube_gpu_exporter.bundle.localstack.processes import (
     ChildProcess,
     find_binary,
     free_port,
     start_in_order,
     stop_in_reverse,
 )
-from bundle.localstack.prometheus_api import PrometheusAPI
-from bundle.localstack.simulator_control import SimulatorControl
-from bundle.localstack.stack import alertmanager, simulated_exporter
-from bundle.localstack.webhook import AlertWebhook
-from bundle.scrape_configs import static_config
+from kube_gpu_exporter.bundle.localstack.prometheus_api import PrometheusAPI
+from kube_gpu_exporter.bundle.localstack.simulator_control import SimulatorControl
+from kube_gpu_exporter.bundle.localstack.stack import alertmanager, simulated_exporter
+from kube_gpu_exporter.bundle.localstack.webhook import AlertWebhook
+from kube_gpu_exporter.bundle.scrape_configs import static_config
 
 HOST = "127.0.0.1"
 
@@ -51,7 +51,7 @@ class GlobalView:
     def __init__(
         self, workdir: Path, config: BundleConfig, timing: Timing, clusters: tuple[str, ...]
     ) -> None:
-        from exporter.simulator.fleet import default_fleet
+        from kube_gpu_exporter.exporter.simulator.fleet import default_fleet
 
         self.workdir = workdir
         self.config = config

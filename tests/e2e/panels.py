@@ -8,18 +8,18 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bundle.config import DEFAULT
-from bundle.flavours import flavour_paths
-from bundle.localstack.configs import FAST
-from bundle.localstack.grafana_queries import (
+from kube_gpu_exporter.bundle.config import DEFAULT
+from kube_gpu_exporter.bundle.flavours import flavour_paths
+from kube_gpu_exporter.bundle.localstack.configs import FAST
+from kube_gpu_exporter.bundle.localstack.grafana_queries import (
     macros,
     panel_queries,
     resolve_variables,
     seconds,
     substitute,
 )
-from bundle.localstack.prometheus_api import PrometheusAPI
-from bundle.render import ROOT
+from kube_gpu_exporter.bundle.localstack.prometheus_api import PrometheusAPI
+from kube_gpu_exporter.bundle.render import ROOT
 
 
 def dashboards_of(version: str) -> list[Path]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bundle.localstack.webhook import Alert
+from kube_gpu_exporter.bundle.localstack.webhook import Alert
 from tests.e2e.conftest import at_evaluation_interval, wait_for_rule_evaluations, wait_until
 
 FIRE_TIMEOUT = 60.0

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from bundle.localstack.grafana_queries import resolve_variables, substitute
-from exporter.dcgm_compat import profile
+from kube_gpu_exporter.bundle.localstack.grafana_queries import resolve_variables, substitute
+from kube_gpu_exporter.exporter.dcgm_compat import profile
 from tests.e2e.conftest import wait_until
 from tests.e2e.upstream_profiles import (
     CLASSIC_PROFILES,

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from bundle.flavours import FLAVOURS, flavour_paths
+from kube_gpu_exporter.bundle.flavours import FLAVOURS, flavour_paths
 from tests.e2e.conftest import wait_until
 
 ANY_PORTS = [f"--{part}-port=0" for part in ("exporter", "prometheus", "alertmanager", "webhook")]
@@ -73,7 +73,7 @@ class Demo:
 @contextmanager
 def demo(*args: str) -> Iterator[Demo]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "bundle.localstack", *args],
+        [sys.executable, "-m", "kube_gpu_exporter.bundle.localstack", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -161,7 +161,7 @@ def test_a_port_in_use_is_one_line_and_status_2(tmp_path: Path):
             [
                 sys.executable,
                 "-m",
-                "bundle.localstack",
+                "kube_gpu_exporter.bundle.localstack",
                 f"--workdir={tmp_path}",
                 *ANY_PORTS,
                 f"--alertmanager-port={port}",

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from bundle.alerts import recording as r
-from bundle.config import DEFAULT
-from bundle.localstack.stack import CompanionExporter, LocalStack
-from exporter.simulator.fake_kubelet import FakeKubelet
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import builtin_fleet, default_fleet
-from exporter.simulator.resource_slices import resource_slices
+from kube_gpu_exporter.bundle.alerts import recording as r
+from kube_gpu_exporter.bundle.config import DEFAULT
+from kube_gpu_exporter.bundle.localstack.stack import CompanionExporter, LocalStack
+from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import builtin_fleet, default_fleet
+from kube_gpu_exporter.exporter.simulator.resource_slices import resource_slices
 from tests.e2e.conftest import started_stack
 from tests.e2e.ksm_fake import FakeKubeStateMetrics
 from tests.e2e.panels import (

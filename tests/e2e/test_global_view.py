@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from bundle.alerts import recording as r
-from bundle.config import DEFAULT
-from bundle.localstack.configs import FAST, quick_alerts
-from bundle.localstack.grafana_queries import seconds
+from kube_gpu_exporter.bundle.alerts import recording as r
+from kube_gpu_exporter.bundle.config import DEFAULT
+from kube_gpu_exporter.bundle.localstack.configs import FAST, quick_alerts
+from kube_gpu_exporter.bundle.localstack.grafana_queries import seconds
 from tests.e2e.conftest import wait_until
 from tests.e2e.global_view import GlobalView
 from tests.e2e.panels import NEEDS_FABRIC_NODE, NEEDS_KUBE_STATE_METRICS, run_panels

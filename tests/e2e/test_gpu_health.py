@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from bundle.alerts import gpu_health
-from bundle.config import DEFAULT
-from bundle.localstack.stack import LocalStack
+from kube_gpu_exporter.bundle.alerts import gpu_health
+from kube_gpu_exporter.bundle.config import DEFAULT
+from kube_gpu_exporter.bundle.localstack.stack import LocalStack
 from tests.e2e.conftest import (
     at_evaluation_interval,
     started_stack,

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from bundle.config import DEFAULT
-from bundle.localstack.stack import LocalStack
-from exporter.simulator.fleet import builtin_fleet
+from kube_gpu_exporter.bundle.config import DEFAULT
+from kube_gpu_exporter.bundle.localstack.stack import LocalStack
+from kube_gpu_exporter.exporter.simulator.fleet import builtin_fleet
 from tests.e2e.conftest import started_stack, wait_until
 from tests.e2e.ksm_fake import FakeKubeStateMetrics
 from tests.e2e.panels import dashboards_of, needs_fabric_node, run_panels

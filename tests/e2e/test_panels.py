@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from bundle.alerts import recording as r
-from bundle.dcgm_units import rename
-from bundle.flavours import FLAVOURS
-from bundle.localstack.grafana_queries import resolve_variables, seconds
-from bundle.localstack.stack import LocalStack
-from exporter.dcgm_compat import RENAMES_4_9
+from kube_gpu_exporter.bundle.alerts import recording as r
+from kube_gpu_exporter.bundle.dcgm_units import rename
+from kube_gpu_exporter.bundle.flavours import FLAVOURS
+from kube_gpu_exporter.bundle.localstack.grafana_queries import resolve_variables, seconds
+from kube_gpu_exporter.bundle.localstack.stack import LocalStack
+from kube_gpu_exporter.exporter.dcgm_compat import RENAMES_4_9
 from tests.e2e.conftest import started_stack, wait_for_rule_evaluations, wait_until
 from tests.e2e.ksm_fake import PENDING_POD, FakeKubeStateMetrics, ksm_exposition
 from tests.e2e.panels import (

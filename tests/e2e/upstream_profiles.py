@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import yaml
 
-from bundle.config import DEFAULT
-from bundle.localstack.stack import CompanionExporter, LocalStack
-from exporter.dcgm_compat import PROFILES, DcgmVersion
+from kube_gpu_exporter.bundle.config import DEFAULT
+from kube_gpu_exporter.bundle.localstack.stack import CompanionExporter, LocalStack
+from kube_gpu_exporter.exporter.dcgm_compat import PROFILES, DcgmVersion
 
 CLASSIC_PROFILES: tuple[str, ...] = tuple(
     version.value for version in DcgmVersion if not PROFILES[version].base_units

@@ -22,17 +22,17 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter.app import attribution_sources, exposition_store, with_node_name
-from exporter.config import Config
-from exporter.dcgm_compat import DEFAULT_VERSION, PROFILES, DcgmVersion, Profile
-from exporter.flags.settings import parse_config
-from exporter.nvml.source import NvmlSource
-from exporter.poller import Poller
-from exporter.server import build_app
-from exporter.simulator.fake_kubelet import FakeKubelet
-from exporter.simulator.node import simulated_fleet, simulated_node
-from exporter.simulator.resource_slices import resource_slices
-from exporter.simulator.stepped_time import SteppedHelpers
+from kube_gpu_exporter.exporter.app import attribution_sources, exposition_store, with_node_name
+from kube_gpu_exporter.exporter.config import Config
+from kube_gpu_exporter.exporter.dcgm_compat import DEFAULT_VERSION, PROFILES, DcgmVersion, Profile
+from kube_gpu_exporter.exporter.flags.settings import parse_config
+from kube_gpu_exporter.exporter.nvml.source import NvmlSource
+from kube_gpu_exporter.exporter.poller import Poller
+from kube_gpu_exporter.exporter.server import build_app
+from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
+from kube_gpu_exporter.exporter.simulator.node import simulated_fleet, simulated_node
+from kube_gpu_exporter.exporter.simulator.resource_slices import resource_slices
+from kube_gpu_exporter.exporter.simulator.stepped_time import SteppedHelpers
 from tests.conftest import quiet
 from tests.support.fake_kube_api import FakeKubeApi, write_kubeconfig
 

@@ -234,7 +234,7 @@ def check(
 
 def committed_dashboards() -> dict[str, tuple[Kind, dict[str, Any]]]:
     """Repository path -> (kind, dashboard) for every committed dashboard of every flavour."""
-    from bundle.flavours import FLAVOURS, flavour_paths
+    from kube_gpu_exporter.bundle.flavours import FLAVOURS, flavour_paths
 
     found: dict[str, tuple[Kind, dict[str, Any]]] = {}
     for version in FLAVOURS:

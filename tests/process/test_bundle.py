@@ -12,11 +12,11 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from bundle import render as bundle_render
-from bundle.config import (
+from kube_gpu_exporter.bundle import render as bundle_render
+from kube_gpu_exporter.bundle.config import (
     DEFAULT,
 )
-from bundle.flavours import FLAVOURS
+from kube_gpu_exporter.bundle.flavours import FLAVOURS
 from tests.conftest import (
     promtool,
 )
@@ -165,7 +165,10 @@ def test_kubernetes_scrape_config_is_valid_with_static_discovery(tmp_path):
 
 def test_make_bundle_check_reports_drift(tmp_path):
     ok = subprocess.run(
-        [sys.executable, "-m", "bundle.render", "--check"], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "kube_gpu_exporter.bundle.render", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert ok.returncode == 0, ok.stderr
     stale = bundle_render.drifted(root=tmp_path)  # an empty checkout lacks every file

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import yaml
 
-from bundle.alerts import recording as r
-from bundle.alerts.rules_file import recording_groups, rules_document
-from bundle.dashboards.render import dashboard_files
-from bundle.render import bundle_files
+from kube_gpu_exporter.bundle.alerts import recording as r
+from kube_gpu_exporter.bundle.alerts.rules_file import recording_groups, rules_document
+from kube_gpu_exporter.bundle.dashboards.render import dashboard_files
+from kube_gpu_exporter.bundle.render import bundle_files
 from tests.unit.test_bundle_energy import (
     CAPACITY,
     CARBON,

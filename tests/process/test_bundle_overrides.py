@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from bundle import overrides
-from bundle.config import DEFAULT, BundleConfig
-from bundle.render import ROOT, artifacts
+from kube_gpu_exporter.bundle import overrides
+from kube_gpu_exporter.bundle.config import DEFAULT, BundleConfig
+from kube_gpu_exporter.bundle.render import ROOT, artifacts
 from tests.unit.test_bundle_overrides import ALERTS, BUILD_INPUTS, _write, refusal, yaml_of
 from tests.unit.test_rules_promtool import promtool
 
@@ -47,9 +47,24 @@ def test_the_wheel_ships_a_working_generator(tmp_path: Path) -> None:
         names = set(archive.namelist())
         archive.extractall(site)
         metadata = next(archive.read(n) for n in names if n.endswith(".dist-info/METADATA"))
-    for module in ("bundle/render.py", "bundle/overrides.py", "bundle/alerts/rules_file.py"):
+    for module in (
+        "kube_gpu_exporter/bundle/render.py",
+        "kube_gpu_exporter/bundle/overrides.py",
+        "kube_gpu_exporter/bundle/alerts/rules_file.py",
+    ):
         assert module in names
-    assert "bundle/dashboards/render.py" in names
+    assert "kube_gpu_exporter/bundle/dashboards/render.py" in names
+    # One top-level package: nothing with a generic name (exporter, bundle, alerts) lands in
+    # site-packages beside other distributions' packages.
+    assert {n.split("/")[0] for n in names} == {
+        "kube_gpu_exporter",
+        wheel.name.split("-py3")[0] + ".dist-info",
+    }
+    assert "kube_gpu_exporter/bundle/sources/alerts/runbook.md" in names
+    assert (
+        "kube_gpu_exporter/bundle/sources/deploy/helm/kube-gpu-exporter/templates/NOTES.txt"
+        in names
+    )
     assert b"Provides-Extra: bundle" in metadata
     assert b'grafanalib==0.7.1; extra == "bundle"' in metadata
 
@@ -58,7 +73,7 @@ def test_the_wheel_ships_a_working_generator(tmp_path: Path) -> None:
     out = tmp_path / "out"
     env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}
     run = subprocess.run(
-        [sys.executable, "-c", "import bundle; print(bundle.__file__)"],
+        [sys.executable, "-c", "import kube_gpu_exporter; print(kube_gpu_exporter.__file__)"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -67,7 +82,15 @@ def test_the_wheel_ships_a_working_generator(tmp_path: Path) -> None:
     )
     assert run.stdout.startswith(str(site))
     subprocess.run(
-        [sys.executable, "-m", "bundle.render", "--config", str(config), "--out", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "kube_gpu_exporter.bundle.render",
+            "--config",
+            str(config),
+            "--out",
+            str(out),
+        ],
         cwd=tmp_path,
         env=env,
         check=True,
@@ -78,7 +101,7 @@ def test_the_wheel_ships_a_working_generator(tmp_path: Path) -> None:
     assert "## GPULost" in (out / "alerts/runbook.md").read_text()
     assert (out / "alerts/dcgm-4.9/runbook.md").is_file()
     refused = subprocess.run(
-        [sys.executable, "-m", "bundle.render"],
+        [sys.executable, "-m", "kube_gpu_exporter.bundle.render"],
         cwd=tmp_path,
         env=env,
         capture_output=True,

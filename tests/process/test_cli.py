@@ -45,7 +45,7 @@ def test_the_process_with_its_port_in_use_exits_2_with_one_line(busy_port):
 
 def hash_password(data: bytes, **env: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "exporter", "hash-password", "--cost=4"],
+        [sys.executable, "-m", "kube_gpu_exporter", "hash-password", "--cost=4"],
         input=data,
         capture_output=True,
         cwd=REPO,

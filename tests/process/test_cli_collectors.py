@@ -18,7 +18,7 @@ csv = test_cli_collectors.csv
 def test_an_unknown_field_stops_the_process_with_one_line(csv):
     path = csv("# mine\nDCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_GPU_TEMPERATURE, gauge, x\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "exporter", "--collectors", path],
+        [sys.executable, "-m", "kube_gpu_exporter", "--collectors", path],
         capture_output=True,
         text=True,
         timeout=30,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.dcgm_compat import DcgmVersion
+from kube_gpu_exporter.exporter.dcgm_compat import DcgmVersion
 from tests.conftest import promtool_check_metrics
 from tests.unit import test_dcgm_profiles
 from tests.unit.test_dcgm_profiles import (

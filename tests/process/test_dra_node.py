@@ -12,16 +12,16 @@ from types import MappingProxyType
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.attribution.context import AttributionContext
-from exporter.config import LabelConfig
-from exporter.dra.names import NVIDIA_GPU_DRIVER
-from exporter.dra.slices import offered_devices, parse_resource_slice
-from exporter.kubernetes.pod_metadata import EMPTY_VIEW
-from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
-from exporter.simulator.fake_kubelet import FakeKubelet
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import builtin_fleet
-from exporter.simulator.resource_slices import resource_slices
+from kube_gpu_exporter.exporter.attribution.context import AttributionContext
+from kube_gpu_exporter.exporter.config import LabelConfig
+from kube_gpu_exporter.exporter.dra.names import NVIDIA_GPU_DRIVER
+from kube_gpu_exporter.exporter.dra.slices import offered_devices, parse_resource_slice
+from kube_gpu_exporter.exporter.kubernetes.pod_metadata import EMPTY_VIEW
+from kube_gpu_exporter.exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
+from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import builtin_fleet
+from kube_gpu_exporter.exporter.simulator.resource_slices import resource_slices
 from tests.conftest import render, unexpected_lint_findings
 from tests.support.exporter_process import scrape_until, start_exporter
 

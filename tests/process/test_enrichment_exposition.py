@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.attribution.context import AttributionContext
-from exporter.kubernetes.pod_metadata import EMPTY_VIEW, PodMetadata
-from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
-from exporter.simulator.fake_kubelet import FakeKubelet
+from kube_gpu_exporter.exporter.attribution.context import AttributionContext
+from kube_gpu_exporter.exporter.kubernetes.pod_metadata import EMPTY_VIEW, PodMetadata
+from kube_gpu_exporter.exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
+from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
 from tests.conftest import LABELS, render, unexpected_lint_findings
 
 HOSTILE = [
@@ -95,8 +95,8 @@ def test_node_info_from_gpu_feature_discovery_labels(sim, make_poller):
 def test_pod_container_and_namespace_names_from_the_kubelet_are_escaped(sim, make_poller, value):
     """The kubelet is trusted to send valid Kubernetes names, but a wrong one must not corrupt
     the exposition: it is escaped like any label value and parsed back exactly."""
-    from exporter.podresources.allocations import from_responses
-    from exporter.podresources.v1 import api_pb2
+    from kube_gpu_exporter.exporter.podresources.allocations import from_responses
+    from kube_gpu_exporter.exporter.podresources.v1 import api_pb2
 
     listing = api_pb2.ListPodResourcesResponse(
         pod_resources=[

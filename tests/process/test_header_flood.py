@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.connection_guard import MAX_UNANSWERED_BYTES, raise_open_file_limit
+from kube_gpu_exporter.exporter.connection_guard import MAX_UNANSWERED_BYTES, raise_open_file_limit
 from tests.conftest import wait_for
 from tests.support.exporter_process import get, scrape_until, start_exporter
 

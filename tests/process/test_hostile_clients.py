@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from benchmarks import connection_flood
-from exporter.connection_guard import raise_open_file_limit
+from kube_gpu_exporter.exporter.connection_guard import raise_open_file_limit
 from tests.conftest import open_fds, threads, wait_for
 from tests.support.exporter_process import get, scrape_until, start_exporter
 

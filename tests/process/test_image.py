@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from bundle.localstack.processes import find_binary, free_port
 from deploy.image import debian_base
+from kube_gpu_exporter.bundle.localstack.processes import find_binary, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]

@@ -1,5 +1,5 @@
-"""A custom bundle is a whole bundle (`python -m bundle.render [--config my.yaml] --out DIR`):: the
-cases that start a process or need a system package's binary; the others are in
+"""A custom bundle is a whole bundle (`python -m kube_gpu_exporter.bundle.render [--config my.yaml]
+--out DIR`):: the cases that start a process or need a system package's binary; the others are in
 tests/unit/test_newcomer_bundle.py."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from bundle.flavours import FLAVOURS, flavour_paths
+from kube_gpu_exporter.bundle.flavours import FLAVOURS, flavour_paths
 from tests.unit.test_newcomer_bundle import COMMITTED_SOURCES, _alerts, _files, _render
 
 

@@ -31,7 +31,8 @@ def _nvml_loadable() -> bool:
 
 
 class Exporter:
-    """`python -m exporter FLAGS` on a free loopback port, its log (JSON lines) in a file."""
+    """`python -m kube_gpu_exporter FLAGS` on a free loopback port, its log (JSON lines) in a
+    file."""
 
     def __init__(self, log_path: Path, *flags: str) -> None:
         self.port = free_port()
@@ -42,7 +43,7 @@ class Exporter:
             [
                 sys.executable,
                 "-m",
-                "exporter",
+                "kube_gpu_exporter",
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 "--collector.interval=1s",
                 "--log.format=json",
@@ -120,10 +121,12 @@ def test_without_nvml_the_exporter_is_live_but_not_ready_and_says_what_to_do(exp
     status, metrics = node.answer("/metrics")
     assert status == 200 and "kube_gpu_exporter_nvml_up 0" in metrics
     # The init failure once, with the advice; then the readiness line, after its grace.
-    [failure] = node.logged("exporter.poller", "NVML initialisation failed")
+    [failure] = node.logged("kube_gpu_exporter.exporter.poller", "NVML initialisation failed")
     assert "install the NVIDIA driver" in failure and "--simulate" in failure, failure
-    assert wait_for(lambda: node.logged("exporter.readiness", "not ready"), timeout=15)
-    [line] = node.logged("exporter.readiness")
+    assert wait_for(
+        lambda: node.logged("kube_gpu_exporter.exporter.readiness", "not ready"), timeout=15
+    )
+    [line] = node.logged("kube_gpu_exporter.exporter.readiness")
     assert "LIBRARY_NOT_FOUND" in line and "every 60s" in line, line
     assert node.answer("/healthz")[0] == 200
 
@@ -136,11 +139,15 @@ def test_an_unloaded_driver_makes_the_simulated_node_not_ready_until_it_loads(ex
     body = node.until("driver gone", "/readyz", lambda s, b: "DRIVER_NOT_LOADED" in b, 20)
     assert "kernel driver is not loaded" in body and node.answer("/readyz")[0] == 503, body
     assert node.answer("/healthz")[0] == 200
-    assert wait_for(lambda: node.logged("exporter.readiness", "not ready"), timeout=15)
+    assert wait_for(
+        lambda: node.logged("kube_gpu_exporter.exporter.readiness", "not ready"), timeout=15
+    )
     node.post("/-/simulator/driver/load")
     # nvmlInit is retried with backoff (1, 2, 4 s ...): ready again within a few of them.
     assert node.until("driver back", "/readyz", lambda s, b: s == 200, 30) == "ready\n"
-    assert wait_for(lambda: node.logged("exporter.readiness", "ready after"), timeout=5)
+    assert wait_for(
+        lambda: node.logged("kube_gpu_exporter.exporter.readiness", "ready after"), timeout=5
+    )
 
 
 def test_with_kubernetes_not_ready_until_the_first_list_then_an_api_outage_is_no_matter(
@@ -172,18 +179,22 @@ def test_with_kubernetes_not_ready_until_the_first_list_then_an_api_outage_is_no
     assert node.answer("/readyz") == (200, "ready\n")
     # One line per failed watch from the watcher, not urllib3's three retries of each.
     assert node.logged("urllib3.connectionpool") == []
-    assert node.logged("exporter.kubernetes.watcher", "Kubernetes API watch failed")
+    assert node.logged(
+        "kube_gpu_exporter.exporter.kubernetes.watcher", "Kubernetes API watch failed"
+    )
 
 
 def test_the_simulated_node_says_it_is_unprivileged_on_purpose(exporter):
     node = exporter("--simulate", "--log.level=debug")
     node.until("first sweep", "/readyz", lambda s, b: s == 200, START_TIMEOUT)
-    assert wait_for(lambda: node.logged("exporter.nvml.mig_reader", "refused"), timeout=10)
+    assert wait_for(
+        lambda: node.logged("kube_gpu_exporter.exporter.nvml.mig_reader", "refused"), timeout=10
+    )
     refusals = [e for e in node.lines() if "refused the GPU-instance" in e["msg"]]
     assert refusals and all(e["level"] == "debug" for e in refusals), refusals
     assert all("unprivileged on purpose" in e["msg"] for e in refusals), refusals
     assert not any("run privileged" in e["msg"] for e in refusals)
-    [start] = node.logged("exporter.simulator.node", "simulating node")
+    [start] = node.logged("kube_gpu_exporter.exporter.simulator.node", "simulating node")
     assert "NVML unprivileged, as the DaemonSet runs" in start, start
 
 

@@ -59,7 +59,7 @@ def test_simulate_without_the_simulator_extra_is_one_line_and_status_2():
     # A fresh process in which grpcio cannot be imported, as after `pip install kube-gpu-exporter`.
     # Refused before the address is bound: port 1 is never listened on.
     code = (
-        "import sys; sys.modules['grpc'] = None; from exporter.cli import main; "
+        "import sys; sys.modules['grpc'] = None; from kube_gpu_exporter.exporter.cli import main; "
         "sys.exit(main(['--simulate', '--web.listen-address=127.0.0.1:1']))"
     )
     done = subprocess.run(
@@ -98,6 +98,8 @@ def test_the_exporter_logs_the_url_to_open_with_the_port_it_bound(tmp_path):
     node = Exporter(tmp_path / "exporter.log", "--simulate")
     try:
         wanted = f"metrics at http://127.0.0.1:{node.port}/metrics "
-        assert wait_for(lambda: node.logged("exporter.server", wanted), timeout=30), node.lines()
+        assert wait_for(
+            lambda: node.logged("kube_gpu_exporter.exporter.server", wanted), timeout=30
+        ), node.lines()
     finally:
         node.stop()

@@ -64,9 +64,13 @@ def test_the_profile_names_where_cpu_and_memory_go():
     }
     cpu = dict(views["cpu"]["modules"])
     assert views["cpu"]["total"] > 0
-    assert "exporter.nvml" in cpu and "exporter.exposition" in cpu
+    assert (
+        "kube_gpu_exporter.exporter.nvml" in cpu and "kube_gpu_exporter.exporter.exposition" in cpu
+    )
     functions = {where for _, _, _, where in views["cpu"]["functions"]}
-    assert any(w.startswith("exporter.exposition:") for w in functions)  # a scrape rendered
+    assert any(
+        w.startswith("kube_gpu_exporter.exporter.exposition:") for w in functions
+    )  # a scrape rendered
     imports = dict(views["imports"]["imports"])
     assert imports.get("aiohttp", 0) > 1e6  # the web stack is counted for itself
     assert views["imports"]["rss"] > views["imports"]["simulator_rss"]
@@ -74,5 +78,5 @@ def test_the_profile_names_where_cpu_and_memory_go():
     threads = dict(views["threads"]["threads"])
     assert threads.get("nvml-poller", 0) > 0 and threads.get("nvml-device", 0) > 0
     report = overhead_profile.render(views, 3.0)
-    assert "| `exporter.nvml` |" in report and "first imported" in report
+    assert "| `kube_gpu_exporter.exporter.nvml` |" in report and "first imported" in report
     assert "| `nvml-device` |" in report

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.simulator.fake_kubelet import FakeKubelet
-from exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
 from tests.conftest import unexpected_lint_findings
 from tests.unit.test_podresources import observe, series, watcher_for
 

@@ -152,7 +152,11 @@ def test_a_new_user_following_the_install_section_gets_the_exporter_and_the_bund
 
     # The installed copy answers, not the checkout's sources.
     where = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import bundle, exporter; print(exporter.__file__)"],
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import kube_gpu_exporter.bundle; print(kube_gpu_exporter.__file__)",
+        ],
         cwd=home,
         env=env,
         capture_output=True,
@@ -203,7 +207,13 @@ def test_a_new_user_following_the_install_section_gets_the_exporter_and_the_bund
     # running the tests, left as it is: its install step is not redone.
     installed_out, checkout_out = tmp_path / "installed-bundle", tmp_path / "checkout-bundle"
     subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "bundle.render", "--out", str(installed_out)],
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "kube_gpu_exporter.bundle.render",
+            "--out",
+            str(installed_out),
+        ],
         cwd=home,
         env=env,
         capture_output=True,

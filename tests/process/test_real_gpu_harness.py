@@ -24,8 +24,8 @@ from benchmarks.real_gpu.report import (
     RECORD_KEYS,
 )
 from benchmarks.real_gpu.run import free_port, get
-from exporter import small_yaml
-from exporter.simulator import call_costs
+from kube_gpu_exporter.exporter import small_yaml
+from kube_gpu_exporter.exporter.simulator import call_costs
 from tests.unit.test_real_gpu_harness import REPO, UUID_OR_SERIAL
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.kubernetes.watcher import KubernetesWatcher
+from kube_gpu_exporter.exporter.kubernetes.watcher import KubernetesWatcher
 from tests.conftest import wait_for
 from tests.process.test_dra_node import scrape, served, temperature_labels
 from tests.support.fake_kube_api import FakeKubeApi, slice_device
@@ -28,7 +28,7 @@ NODE_LABELS = {"pod", "namespace", "container"}
 def forged(served) -> Iterator[tuple[object, object, KubernetesWatcher]]:
     """The DRA node, its pod-resources watcher and poller, and a ResourceSlice watch whose API
     serves a forged slice moving `gpu-0` to GPU 5; yields (watcher, poller, slice watcher)."""
-    from exporter.simulator.resource_slices import resource_slices
+    from kube_gpu_exporter.exporter.simulator.resource_slices import resource_slices
 
     sim, _kubelet, pods, poller = served("dra")
     node = sim.fleet.node_name

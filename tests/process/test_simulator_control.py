@@ -1,6 +1,6 @@
-"""The simulator's fault-injection API against a running `python -m exporter --simulate`: each
-action shows up in /metrics as the families dashboards and alerts read, and a bad request gets a
-one-line error naming what is wrong. The cases that run in process are in
+"""The simulator's fault-injection API against a running `python -m kube_gpu_exporter --simulate`:
+each action shows up in /metrics as the families dashboards and alerts read, and a bad request gets
+a one-line error naming what is wrong. The cases that run in process are in
 tests/unit/test_simulator_control.py."""
 
 from __future__ import annotations
@@ -193,8 +193,10 @@ def test_process_invalid_json_and_wrong_method(exporter):
 
 def test_production_modules_do_not_import_the_simulator():
     code = (
-        "import sys, exporter.cli, exporter.app, exporter.server, exporter.poller;"
-        "print(sorted(m for m in sys.modules if m.startswith('exporter.simulator')))"
+        "import sys, kube_gpu_exporter.exporter.cli, kube_gpu_exporter.exporter.app,"
+        " kube_gpu_exporter.exporter.server, kube_gpu_exporter.exporter.poller;"
+        "print(sorted(m for m in sys.modules"
+        " if m.startswith('kube_gpu_exporter.exporter.simulator')))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60

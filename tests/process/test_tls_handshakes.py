@@ -18,7 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.connection_guard import HANDSHAKE_SECONDS, RESERVED_FDS, raise_open_file_limit
+from kube_gpu_exporter.exporter.connection_guard import (
+    HANDSHAKE_SECONDS,
+    RESERVED_FDS,
+    raise_open_file_limit,
+)
 from tests.conftest import open_fds, wait_for
 from tests.support.exporter_process import NotReady, start_exporter
 from tests.support.tls_certs import Certificates, make_certificates

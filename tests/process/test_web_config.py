@@ -50,7 +50,7 @@ def test_the_cli_refuses_a_bad_file_at_startup(certs, tmp_path, what):
     _, doc, message = next(entry for entry in bad_files(certs) if entry[0] == what)
     path = write(tmp_path, doc)
     result = subprocess.run(
-        [sys.executable, "-m", "exporter", "--simulate", f"--web.config.file={path}"],
+        [sys.executable, "-m", "kube_gpu_exporter", "--simulate", f"--web.config.file={path}"],
         cwd=REPO,
         capture_output=True,
         text=True,

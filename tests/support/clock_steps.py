@@ -1,14 +1,15 @@
-"""Moving a ManualClock (exporter/simulator/stepped_time.py) under threads that wait on it: until
-they are parked, to the end of the soonest wait, until something holds. A thread the last
-advance() woke may not have left its wait yet, or run the round it woke for: these helpers wait,
-in real time and within a deadline, until every thread they count waits again with time left."""
+"""Moving a ManualClock (kube_gpu_exporter/exporter/simulator/stepped_time.py) under threads that
+wait on it: until they are parked, to the end of the soonest wait, until something holds. A thread
+the last advance() woke may not have left its wait yet, or run the round it woke for: these helpers
+wait, in real time and within a deadline, until every thread they count waits again with time
+left."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 
-from exporter.simulator.stepped_time import ManualClock
+from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock
 from tests.conftest import wait_for
 
 # The most a helper waits in real time for threads to park or a condition to hold.
@@ -59,8 +60,8 @@ def step_until(
 
 
 def within_jitter(wait: float, nominal: float) -> bool:
-    """Whether a backoff's wait is its nominal length within exporter/backoff.py's jitter, 20%
-    either way."""
+    """Whether a backoff's wait is its nominal length within kube_gpu_exporter/exporter/backoff.py's
+    jitter, 20% either way."""
     return 0.8 * nominal <= wait <= 1.2 * nominal
 
 

@@ -1,5 +1,5 @@
-"""The simulator's control routes (exporter/simulator/control.py) on a real HTTP server on
-loopback, and a client for them: how the unit tests inject faults over HTTP."""
+"""The simulator's control routes (kube_gpu_exporter/exporter/simulator/control.py) on a real HTTP
+server on loopback, and a client for them: how the unit tests inject faults over HTTP."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter.simulator.control import add_control_routes
-from exporter.simulator.fake_kubelet import FakeKubelet
-from exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.control import add_control_routes
+from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
 
 
 @contextlib.asynccontextmanager

@@ -1,6 +1,7 @@
-"""The exporter as users run it, for the process-tier tests: `python -m exporter --simulate` on a
-free loopback port, scraped over real HTTP until what a test waits for shows, or followed through
-its log lines (LoggedExporter: signals, reloads and rotations are seen in the log first)."""
+"""The exporter as users run it, for the process-tier tests: `python -m kube_gpu_exporter
+--simulate` on a free loopback port, scraped over real HTTP until what a test waits for shows, or
+followed through its log lines (LoggedExporter: signals, reloads and rotations are seen in the log
+first)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from bundle.localstack.processes import free_port as listen_port
+from kube_gpu_exporter.bundle.localstack.processes import free_port as listen_port
 from tests.conftest import REPO
 
 
@@ -35,14 +36,14 @@ def get(url: str, timeout: float = 5.0) -> tuple[int, str]:
 def start_exporter(
     *flags: str, preexec_fn: Callable[[], None] | None = None
 ) -> tuple[subprocess.Popen, str]:
-    """`python -m exporter --simulate FLAGS` on a free loopback port; returns it and its URL
-    (http://; the port is the same with TLS)."""
+    """`python -m kube_gpu_exporter --simulate FLAGS` on a free loopback port; returns it and its
+    URL (http://; the port is the same with TLS)."""
     port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "exporter",
+            "kube_gpu_exporter",
             "--simulate",
             f"--web.listen-address=127.0.0.1:{port}",
             "--collector.interval=1s",
@@ -106,8 +107,8 @@ def scrape_until(
 
 
 class LoggedExporter:
-    """`python -m exporter --simulate FLAGS` whose stderr is collected line by line as it comes,
-    with its temporary files (the fake kubelet's socket directory) under `tmpdir`."""
+    """`python -m kube_gpu_exporter --simulate FLAGS` whose stderr is collected line by line as it
+    comes, with its temporary files (the fake kubelet's socket directory) under `tmpdir`."""
 
     def __init__(self, tmpdir: Path, *flags: str) -> None:
         self.port = free_port()
@@ -117,7 +118,7 @@ class LoggedExporter:
             [
                 sys.executable,
                 "-m",
-                "exporter",
+                "kube_gpu_exporter",
                 "--simulate",
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 "--collector.interval=1s",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
-from exporter.simulator.fake_kube_api import (
+from kube_gpu_exporter.exporter.simulator.fake_kube_api import (
     SLICE_VERSIONS,
     SLICES,
     as_v1beta1,
@@ -22,7 +22,7 @@ from exporter.simulator.fake_kube_api import (
     slice_device,
     write_kubeconfig,
 )
-from exporter.simulator.fake_kube_api import FakeKubeApi as _SimulatedApi
+from kube_gpu_exporter.exporter.simulator.fake_kube_api import FakeKubeApi as _SimulatedApi
 
 __all__ = [
     "SLICES",

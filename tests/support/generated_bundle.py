@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from functools import cache
 from types import MappingProxyType
 
-from bundle.render import all_artifacts, flavour_artifacts
+from kube_gpu_exporter.bundle.render import all_artifacts, flavour_artifacts
 
 
 @cache

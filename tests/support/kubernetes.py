@@ -17,9 +17,9 @@ from typing import Any
 
 import kubernetes
 
-from exporter.attribution.context import AttributionContext
-from exporter.clock import SYSTEM_CLOCK, Clock
-from exporter.kubernetes.watcher import KubernetesWatcher
+from kube_gpu_exporter.exporter.attribution.context import AttributionContext
+from kube_gpu_exporter.exporter.clock import SYSTEM_CLOCK, Clock
+from kube_gpu_exporter.exporter.kubernetes.watcher import KubernetesWatcher
 from tests.support.fake_kube_api import FakeKubeApi, write_kubeconfig
 
 NODE = "gpu-node-7"

@@ -7,15 +7,15 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from exporter.app import renderer_for
-from exporter.attribution.context import NO_CONTEXT
-from exporter.attribution.join import join
-from exporter.flags.settings import parse_config
-from exporter.poller import Poller
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import FleetSpec, default_fleet
-from exporter.simulator.stepped_time import SteppedHelpers
-from exporter.snapshot import NodeSnapshot
+from kube_gpu_exporter.exporter.app import renderer_for
+from kube_gpu_exporter.exporter.attribution.context import NO_CONTEXT
+from kube_gpu_exporter.exporter.attribution.join import join
+from kube_gpu_exporter.exporter.flags.settings import parse_config
+from kube_gpu_exporter.exporter.poller import Poller
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import FleetSpec, default_fleet
+from kube_gpu_exporter.exporter.simulator.stepped_time import SteppedHelpers
+from kube_gpu_exporter.exporter.snapshot import NodeSnapshot
 from tests.conftest import fast_source, quiet
 
 # Apart enough that every cadence group is due at each step (GPM and the NVLink rate need two

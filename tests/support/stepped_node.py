@@ -1,9 +1,10 @@
 """Simulated time for tests.
 
 - `stepped_default_node`: the default simulated node wired as `kube-gpu-exporter --simulate` wires
-  it (the store of exporter/app.py, its join and its ledger), on a clock the test steps: each
-  step moves simulated time, runs one helper round and one sweep, and renders the exposition, so
-  a simulated minute takes a second or two and every sample lands at an instant the test chose.
+  it (the store of kube_gpu_exporter/exporter/app.py, its join and its ledger), on a clock the test
+  steps: each step moves simulated time, runs one helper round and one sweep, and renders the
+  exposition, so a simulated minute takes a second or two and every sample lands at an instant the
+  test chose.
 - `settled`, `parked`, `step` and `step_until`: background threads (a poller, its helpers, the
   pod-resources watcher) that wait on a `ManualClock`, driven one wake-up at a time;
   `poller_on` and `start_xid_watch_on` build and start a poller on such a clock.
@@ -17,16 +18,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from exporter.app import attribution_sources, exposition_store, with_node_name
-from exporter.config import CollectionConfig
-from exporter.exposition.store import ExpositionStore
-from exporter.flags.settings import parse_config
-from exporter.poller import Poller
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import default_fleet
-from exporter.simulator.node import simulated_node
-from exporter.simulator.stepped_time import ManualClock, SteppedHelpers
-from exporter.snapshot import NodeSnapshot
+from kube_gpu_exporter.exporter.app import attribution_sources, exposition_store, with_node_name
+from kube_gpu_exporter.exporter.config import CollectionConfig
+from kube_gpu_exporter.exporter.exposition.store import ExpositionStore
+from kube_gpu_exporter.exporter.flags.settings import parse_config
+from kube_gpu_exporter.exporter.poller import Poller
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import default_fleet
+from kube_gpu_exporter.exporter.simulator.node import simulated_node
+from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock, SteppedHelpers
+from kube_gpu_exporter.exporter.snapshot import NodeSnapshot
 from tests.conftest import FAST, fast_source, quiet, wait_for
 
 # name{labels} value; a full parser costs seconds a simulated minute.

@@ -7,19 +7,23 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
-from exporter.attribution.context import NO_CONTEXT, AttributionContext
-from exporter.attribution.devices import POD_JOIN, device_entities, without_pods
-from exporter.attribution.join import join
-from exporter.attribution.model import AttributedNode, Entity
-from exporter.config import LabelConfig
-from exporter.exposition.renderer import Renderer
-from exporter.exposition.store import build_exposition
-from exporter.kubernetes.pod_metadata import EMPTY_VIEW, PodMetadata
-from exporter.podresources.allocations import Allocation, DraAllocation, PodResourcesSnapshot
-from exporter.podresources.client import PodResourcesStatus
-from exporter.podresources.device_ids import parse_device_id
-from exporter.processes.owner import HOST
-from exporter.snapshot import (
+from kube_gpu_exporter.exporter.attribution.context import NO_CONTEXT, AttributionContext
+from kube_gpu_exporter.exporter.attribution.devices import POD_JOIN, device_entities, without_pods
+from kube_gpu_exporter.exporter.attribution.join import join
+from kube_gpu_exporter.exporter.attribution.model import AttributedNode, Entity
+from kube_gpu_exporter.exporter.config import LabelConfig
+from kube_gpu_exporter.exporter.exposition.renderer import Renderer
+from kube_gpu_exporter.exporter.exposition.store import build_exposition
+from kube_gpu_exporter.exporter.kubernetes.pod_metadata import EMPTY_VIEW, PodMetadata
+from kube_gpu_exporter.exporter.podresources.allocations import (
+    Allocation,
+    DraAllocation,
+    PodResourcesSnapshot,
+)
+from kube_gpu_exporter.exporter.podresources.client import PodResourcesStatus
+from kube_gpu_exporter.exporter.podresources.device_ids import parse_device_id
+from kube_gpu_exporter.exporter.processes.owner import HOST
+from kube_gpu_exporter.exporter.snapshot import (
     CollectorStatus,
     GpuIdentity,
     GpuProcess,

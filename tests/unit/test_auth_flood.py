@@ -14,7 +14,7 @@ import bcrypt
 import pytest
 from aiohttp import web
 
-from exporter.webconfig.basic_auth import BasicAuth, client_key
+from kube_gpu_exporter.exporter.webconfig.basic_auth import BasicAuth, client_key
 from tests.support.exporter_process import free_port
 
 PASSWORD = b"correct horse"

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from exporter.backoff import Backoff
+from kube_gpu_exporter.exporter.backoff import Backoff
 
 
 def test_doubles_up_to_the_cap_and_resets():

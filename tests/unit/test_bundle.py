@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bundle import render as bundle_render
-from bundle.alerts import gpu_health, recording
-from bundle.alerts.rule_types import Alert, Record
-from bundle.alerts.rules_file import alert_groups, recording_groups
-from bundle.config import (
+from kube_gpu_exporter.bundle import render as bundle_render
+from kube_gpu_exporter.bundle.alerts import gpu_health, recording
+from kube_gpu_exporter.bundle.alerts.rule_types import Alert, Record
+from kube_gpu_exporter.bundle.alerts.rules_file import alert_groups, recording_groups
+from kube_gpu_exporter.bundle.config import (
     DEFAULT,
     BundleConfig,
     BundleConfigError,
@@ -29,25 +29,25 @@ from bundle.config import (
     Resources,
     Selectors,
 )
-from bundle.dashboards.panels import TableQuery, table
-from bundle.dcgm_units import classic_to_profile, spelled, unit_factor
-from bundle.flavour_translate import Translator
-from bundle.flavours import FLAVOURS, flavour_paths
-from bundle.scrape_configs import OPERATOR_TARGET_LABELS
-from exporter.attribution.context import AttributionContext
-from exporter.attribution.pod_energy import PodEnergyLedger
-from exporter.config import CollectionConfig, HostLabel
-from exporter.dcgm_compat import RENAMES_4_9, profile
-from exporter.exposition.renderer import Renderer
-from exporter.exposition.store import build_exposition
-from exporter.fields.collectors_file import read_collectors_file
-from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
-from exporter.poller import Poller
-from exporter.simulator.fake_kubelet import FakeKubelet
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import builtin_collectors, default_fleet
-from exporter.simulator.host_tree import HostTree
-from exporter.simulator.processes import ProcessTable
+from kube_gpu_exporter.bundle.dashboards.panels import TableQuery, table
+from kube_gpu_exporter.bundle.dcgm_units import classic_to_profile, spelled, unit_factor
+from kube_gpu_exporter.bundle.flavour_translate import Translator
+from kube_gpu_exporter.bundle.flavours import FLAVOURS, flavour_paths
+from kube_gpu_exporter.bundle.scrape_configs import OPERATOR_TARGET_LABELS
+from kube_gpu_exporter.exporter.attribution.context import AttributionContext
+from kube_gpu_exporter.exporter.attribution.pod_energy import PodEnergyLedger
+from kube_gpu_exporter.exporter.config import CollectionConfig, HostLabel
+from kube_gpu_exporter.exporter.dcgm_compat import RENAMES_4_9, profile
+from kube_gpu_exporter.exporter.exposition.renderer import Renderer
+from kube_gpu_exporter.exporter.exposition.store import build_exposition
+from kube_gpu_exporter.exporter.fields.collectors_file import read_collectors_file
+from kube_gpu_exporter.exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
+from kube_gpu_exporter.exporter.poller import Poller
+from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import builtin_collectors, default_fleet
+from kube_gpu_exporter.exporter.simulator.host_tree import HostTree
+from kube_gpu_exporter.exporter.simulator.processes import ProcessTable
 from tests.conftest import (
     FAST,
     LABELS,
@@ -137,7 +137,7 @@ def artifact_digests(hash_seed: str) -> dict[str, str]:
     """Each generated file's SHA-256, as a fresh interpreter with this string-hash seed makes it."""
     script = (
         "import hashlib, json\n"
-        "from bundle.render import all_artifacts\n"
+        "from kube_gpu_exporter.bundle.render import all_artifacts\n"
         "print(json.dumps({path: hashlib.sha256(text.encode()).hexdigest()"
         " for path, text in all_artifacts().items()}))"
     )

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import yaml
 
-from bundle import overrides
-from bundle.alerts import recording as r
-from bundle.alerts.rules_file import recording_groups
-from bundle.config import DEFAULT, BundleConfig, BundleConfigError
-from bundle.dashboards.render import dashboard_files
-from bundle.render import main
+from kube_gpu_exporter.bundle import overrides
+from kube_gpu_exporter.bundle.alerts import recording as r
+from kube_gpu_exporter.bundle.alerts.rules_file import recording_groups
+from kube_gpu_exporter.bundle.config import DEFAULT, BundleConfig, BundleConfigError
+from kube_gpu_exporter.bundle.dashboards.render import dashboard_files
+from kube_gpu_exporter.bundle.render import main
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPACITY = "dashboards/provisioned/gpu-cluster-capacity.json"

@@ -1,8 +1,9 @@
 """A user's overrides file laid over the bundle's defaults
-(`python -m bundle.render --config my.yaml --out DIR`): overrides reach the rules and dashboards,
-mistakes are one line naming the key, and every value is judged by what it is pasted into
-(bundle/override_checks.py), the committed tree is never touched, and the wheel carries the
-generator (tests/process/test_bundle_overrides.py, with promtool's view of each refused value)."""
+(`python -m kube_gpu_exporter.bundle.render --config my.yaml --out DIR`): overrides reach the rules
+and dashboards, mistakes are one line naming the key, and every value is judged by what it is pasted
+into (kube_gpu_exporter/bundle/override_checks.py), the committed tree is never touched, and the
+wheel carries the generator (tests/process/test_bundle_overrides.py, with promtool's view of each
+refused value)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from bundle import overrides
-from bundle.config import DEFAULT
-from bundle.render import ROOT, artifacts, main
+from kube_gpu_exporter.bundle import overrides
+from kube_gpu_exporter.bundle.config import DEFAULT
+from kube_gpu_exporter.bundle.render import ROOT, artifacts, main
 
 ALERTS = "alerts/prometheus_alerts.yaml"
 RULE_CR = "alerts/prometheusrule.yaml"
@@ -185,14 +186,22 @@ def test_an_out_path_that_is_a_file_is_one_line(
     assert capsys.readouterr().err == f"bundle: --out {taken}: exists and is not a directory\n"
 
 
-BUILD_INPUTS = ("pyproject.toml", "README.md", "exporter", "bundle", "alerts", "dashboards")
+BUILD_INPUTS = (
+    "pyproject.toml",
+    "README.md",
+    "kube_gpu_exporter",
+    "alerts",
+    "dashboards",
+    "deploy",
+)
 
 
-# ---- Values judged by what they are pasted into (bundle/override_checks.py) ----
+# ---- Values judged by what they are pasted into (kube_gpu_exporter/bundle/override_checks.py) ----
 
 
 def refusal(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str) -> str:
-    """The one line `python -m bundle.render --config` prints for the overrides `text`."""
+    """The one line `python -m kube_gpu_exporter.bundle.render --config` prints for the overrides
+    `text`."""
     config = tmp_path / "my.yaml"
     config.write_text(text)
     out = tmp_path / "out"

@@ -14,18 +14,18 @@ import pynvml
 import pytest
 
 from benchmarks.precomputed_answers import precomputed_api
-from exporter import small_yaml
-from exporter.nvml.device_reader import SLOW_FIELDS
-from exporter.simulator import call_costs
-from exporter.simulator.call_costs import (
+from kube_gpu_exporter.exporter import small_yaml
+from kube_gpu_exporter.exporter.nvml.device_reader import SLOW_FIELDS
+from kube_gpu_exporter.exporter.simulator import call_costs
+from kube_gpu_exporter.exporter.simulator.call_costs import (
     DEFAULT_CALL_US,
     DEFAULT_FIELD_US,
     MEASURED,
     Cost,
     CpuBurner,
 )
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import FleetError, default_fleet
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import FleetError, default_fleet
 from tests.conftest import fleet_from_yaml
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks/results/nvml-costs-nvidia-h200.yaml"

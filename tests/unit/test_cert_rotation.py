@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import yaml
 
-from exporter.webconfig.parse import load_web_config
-from exporter.webconfig.reload import CHECK_INTERVAL_SECONDS, WebConfigReloader
+from kube_gpu_exporter.exporter.webconfig.parse import load_web_config
+from kube_gpu_exporter.exporter.webconfig.reload import CHECK_INTERVAL_SECONDS, WebConfigReloader
 from tests.process.test_cert_rotation import BROKEN, point, version, web_config
 
 

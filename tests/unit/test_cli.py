@@ -15,19 +15,19 @@ from collections.abc import Iterator
 import bcrypt
 import pytest
 
-from exporter.config import HostLabel
-from exporter.dcgm_compat import PROFILES, DcgmVersion
-from exporter.durations import parse_duration
-from exporter.flags.model import env_name
-from exporter.flags.settings import parse_config
-from exporter.password_hash import PasswordError, read_password
-from exporter.webconfig.parse import load_web_config
+from kube_gpu_exporter.exporter.config import HostLabel
+from kube_gpu_exporter.exporter.dcgm_compat import PROFILES, DcgmVersion
+from kube_gpu_exporter.exporter.durations import parse_duration
+from kube_gpu_exporter.exporter.flags.model import env_name
+from kube_gpu_exporter.exporter.flags.settings import parse_config
+from kube_gpu_exporter.exporter.password_hash import PasswordError, read_password
+from kube_gpu_exporter.exporter.webconfig.parse import load_web_config
 from tests.conftest import REPO
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "exporter", *args],
+        [sys.executable, "-m", "kube_gpu_exporter", *args],
         capture_output=True,
         text=True,
         timeout=30,
@@ -131,7 +131,7 @@ def test_process_cases_are_bad_input_cases():
 
 def test_every_flag_that_takes_a_value_has_a_bad_value_case():
     """Adding a flag without a bad-value case above fails here."""
-    from exporter.flags.parser import build_parser
+    from kube_gpu_exporter.exporter.flags.parser import build_parser
 
     tested = {word.split("=")[0] for args, _, _ in BAD_INPUT for word in args}
     takes_value = {

@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from exporter.durations import format_duration
-from exporter.errors import SHOWN_CHARS, one_line, quoted
-from exporter.fields.flags import MAX_COUNT_WINDOW_MS, MAX_FIELD_INTERVAL_SECONDS
-from exporter.flags.model import Kind, env_name
-from exporter.flags.parser import UsageError, build_parser
-from exporter.flags.settings import parse_config
-from exporter.flags.table import FLAGS
-from exporter.flags.upstream import UPSTREAM_ENV
-from exporter.logs import JsonFormatter, LogfmtFormatter
+from kube_gpu_exporter.exporter.durations import format_duration
+from kube_gpu_exporter.exporter.errors import SHOWN_CHARS, one_line, quoted
+from kube_gpu_exporter.exporter.fields.flags import MAX_COUNT_WINDOW_MS, MAX_FIELD_INTERVAL_SECONDS
+from kube_gpu_exporter.exporter.flags.model import Kind, env_name
+from kube_gpu_exporter.exporter.flags.parser import UsageError, build_parser
+from kube_gpu_exporter.exporter.flags.settings import parse_config
+from kube_gpu_exporter.exporter.flags.table import FLAGS
+from kube_gpu_exporter.exporter.flags.upstream import UPSTREAM_ENV
+from kube_gpu_exporter.exporter.logs import JsonFormatter, LogfmtFormatter
 
 DURATION_BOUNDS = {
     flag.name: flag.bounds for flag in FLAGS if flag.kind is Kind.DURATION and flag.bounds

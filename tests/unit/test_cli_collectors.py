@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import CollectionConfig, LabelConfig
-from exporter.flags.parser import build_parser
-from exporter.flags.settings import parse_config
+from kube_gpu_exporter.exporter.config import CollectionConfig, LabelConfig
+from kube_gpu_exporter.exporter.flags.parser import build_parser
+from kube_gpu_exporter.exporter.flags.settings import parse_config
 from tests.conftest import REPO
 
 DEFAULT_COUNTERS = REPO / "tests" / "fixtures" / "dcgm-exporter" / "default-counters.csv"

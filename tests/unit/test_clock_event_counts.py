@@ -9,10 +9,14 @@ from dataclasses import replace
 
 import pynvml
 
-from exporter.clock_events import CLOCK_EVENTS
-from exporter.nvml.clock_event_counts import ClockEventCounts
-from exporter.simulator.sim_gpu import GPU_IDLE, HW_THERMAL_SLOWDOWN, SW_THERMAL_SLOWDOWN
-from exporter.snapshot import GpuSnapshot
+from kube_gpu_exporter.exporter.clock_events import CLOCK_EVENTS
+from kube_gpu_exporter.exporter.nvml.clock_event_counts import ClockEventCounts
+from kube_gpu_exporter.exporter.simulator.sim_gpu import (
+    GPU_IDLE,
+    HW_THERMAL_SLOWDOWN,
+    SW_THERMAL_SLOWDOWN,
+)
+from kube_gpu_exporter.exporter.snapshot import GpuSnapshot
 from tests.conftest import FAST, fleet_from_yaml
 
 NO_HELPERS = replace(FAST, xid_enabled=False, gpm_enabled=False)

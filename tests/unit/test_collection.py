@@ -13,10 +13,10 @@ from itertools import pairwise
 import pynvml
 import pytest
 
-from exporter.config import CollectionConfig
-from exporter.nvml.device_reader import POWER_AVERAGE, POWER_INSTANT
-from exporter.simulator.stepped_time import ManualClock
-from exporter.snapshot import NodeSnapshot
+from kube_gpu_exporter.exporter.config import CollectionConfig
+from kube_gpu_exporter.exporter.nvml.device_reader import POWER_AVERAGE, POWER_INSTANT
+from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock
+from kube_gpu_exporter.exporter.snapshot import NodeSnapshot
 from tests.conftest import FAST, fleet_from_yaml, render, start_xid_watch, wait_for
 from tests.support.clock_steps import parked, settled, step_until
 from tests.support.stepped_node import poller_on, start_xid_watch_on
@@ -247,7 +247,7 @@ def test_xid_events_reach_the_snapshot(sim, make_poller):
 
 
 def test_xid_storm_keeps_memory_bounded(sim):
-    from exporter.nvml.xid_watcher import MAX_DISTINCT_CODES, XidBook
+    from kube_gpu_exporter.exporter.nvml.xid_watcher import MAX_DISTINCT_CODES, XidBook
 
     book = XidBook()
     for i in range(20_000):
@@ -259,12 +259,12 @@ def test_xid_storm_keeps_memory_bounded(sim):
 
 
 def test_xid_storm_through_the_event_api_is_counted_not_logged_line_by_line(sim, caplog):
-    from exporter.nvml.xid_log import BURST, WINDOW_SECONDS
+    from kube_gpu_exporter.exporter.nvml.xid_log import BURST, WINDOW_SECONDS
 
     clock = ManualClock()
     with poller_on(clock, sim) as poller:
         start_xid_watch_on(clock, sim, poller)
-        caplog.set_level(logging.WARNING, logger="exporter.nvml.xid_watcher")
+        caplog.set_level(logging.WARNING, logger="kube_gpu_exporter.exporter.nvml.xid_watcher")
         storm = 20_000
         # As fast as the simulated driver raises them, over 8 GPUs: mostly 13, 2,000 codes.
         for n in range(storm):
@@ -275,7 +275,9 @@ def test_xid_storm_through_the_event_api_is_counted_not_logged_line_by_line(sim,
             return sum(n for g in snap.gpus for _, n in g.xid.counts)
 
         def lines() -> list[logging.LogRecord]:
-            return [r for r in caplog.records if r.name == "exporter.nvml.xid_watcher"]
+            return [
+                r for r in caplog.records if r.name == "kube_gpu_exporter.exporter.nvml.xid_watcher"
+            ]
 
         # Whatever the driver's queue held is counted; what overflowed it is the driver's loss.
         assert wait_for(lambda: counted() == storm - sim.events_dropped(), timeout=20), (
@@ -295,7 +297,7 @@ def test_xid_storm_through_the_event_api_is_counted_not_logged_line_by_line(sim,
 
 
 def test_xid_log_summarises_what_it_held_back(caplog):
-    from exporter.nvml.xid_log import XidLog
+    from kube_gpu_exporter.exporter.nvml.xid_log import XidLog
 
     now = [0.0]
     logger = logging.getLogger("test.xid")
@@ -363,7 +365,7 @@ def test_driver_missing_at_start_is_retried_with_backoff_while_metrics_serve(sim
     # Sweeps a quarter second apart; no helper thread waits on the clock beside the poller's.
     config = replace(FAST, interval_seconds=interval, xid_enabled=False, gpm_enabled=False)
     published: list[tuple[float, NodeSnapshot]] = []
-    caplog.set_level(logging.INFO, logger="exporter.poller")
+    caplog.set_level(logging.INFO, logger="kube_gpu_exporter.exporter.poller")
 
     def init_failures(snap: NodeSnapshot) -> int:
         return dict(snap.nvml_errors).get(("nvmlInit", "DRIVER_NOT_LOADED"), 0)
@@ -461,7 +463,10 @@ def test_nvlink_counters_sum_all_links(sim, make_poller):
 
 
 def test_profile_name_from_attributes_when_the_name_has_none():
-    from exporter.nvml.mig_profile import profile_from_attributes, profile_from_name
+    from kube_gpu_exporter.exporter.nvml.mig_profile import (
+        profile_from_attributes,
+        profile_from_name,
+    )
 
     assert profile_from_name("NVIDIA A100-SXM4-40GB MIG 1g.5gb") == "1g.5gb"
     assert profile_from_name("NVIDIA H100 80GB HBM3 MIG 1c.3g.40gb") == "1c.3g.40gb"
@@ -512,10 +517,10 @@ def test_helpers_step_with_simulated_time_instead_of_threads():
     thread, one per step, and their readings reach the next sweep."""
     import threading
 
-    from exporter.poller import Poller
-    from exporter.simulator.fake_nvml import FakeNvml
-    from exporter.simulator.fleet import default_fleet
-    from exporter.simulator.stepped_time import SteppedHelpers
+    from kube_gpu_exporter.exporter.poller import Poller
+    from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+    from kube_gpu_exporter.exporter.simulator.fleet import default_fleet
+    from kube_gpu_exporter.exporter.simulator.stepped_time import SteppedHelpers
     from tests.conftest import quiet
 
     clock = [0.0]

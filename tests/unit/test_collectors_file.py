@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from exporter.errors import ConfigurationError
-from exporter.fields import dcgm_catalogue
-from exporter.fields.collectors_file import (
+from kube_gpu_exporter.exporter.errors import ConfigurationError
+from kube_gpu_exporter.exporter.fields import dcgm_catalogue
+from kube_gpu_exporter.exporter.fields.collectors_file import (
     DEFAULT_REASON,
     DRIVER_AS_VALUE_REASON,
     LABEL_REASON,
     parse_collectors,
     read_collectors_file,
 )
-from exporter.fields.selection import FieldSelection
-from exporter.fields.table import BY_NAME
+from kube_gpu_exporter.exporter.fields.selection import FieldSelection
+from kube_gpu_exporter.exporter.fields.table import BY_NAME
 from tests.conftest import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "dcgm-exporter"
@@ -198,9 +198,9 @@ def test_every_table_name_is_a_dcgm_field():
 
 def test_the_data_file_is_in_the_wheel():
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    patterns = pyproject["tool"]["setuptools"]["package-data"]["exporter.fields"]
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["kube_gpu_exporter.exporter.fields"]
     assert dcgm_catalogue.DATA_FILE.name in patterns
-    assert dcgm_catalogue.DATA_FILE.parent == REPO / "exporter" / "fields"
+    assert dcgm_catalogue.DATA_FILE.parent == REPO / "kube_gpu_exporter" / "exporter" / "fields"
 
 
 # Upstream's own files.

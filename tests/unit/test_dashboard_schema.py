@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bundle.dashboards.render import OLDEST_GRAFANA
+from kube_gpu_exporter.bundle.dashboards.render import OLDEST_GRAFANA
 from tests.grafana_schema.check import (
     Finding,
     SchemaToolError,

@@ -3,7 +3,7 @@ names, TYPE lines, units and value formats, the host and driver labels, NVLink a
 licence, clock event counters, the HMMA tensor pipe, promtool's lints, and the docs' rename table.
 
 The expected values are written out here from the readings below, not computed through
-exporter/dcgm_compat.py, so a wrong entry in its conversion table fails a test.
+kube_gpu_exporter/exporter/dcgm_compat.py, so a wrong entry in its conversion table fails a test.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import LabelConfig
-from exporter.dcgm_compat import PROFILES, RENAMES_4_9, DcgmVersion
-from exporter.fields.table import DCGM_4_7_DOCS, DCGM_ALIAS, GO_DCGM_FIELD
-from exporter.flags.settings import parse_config
-from exporter.snapshot import (
+from kube_gpu_exporter.exporter.config import LabelConfig
+from kube_gpu_exporter.exporter.dcgm_compat import PROFILES, RENAMES_4_9, DcgmVersion
+from kube_gpu_exporter.exporter.fields.table import DCGM_4_7_DOCS, DCGM_ALIAS, GO_DCGM_FIELD
+from kube_gpu_exporter.exporter.flags.settings import parse_config
+from kube_gpu_exporter.exporter.snapshot import (
     GpuIdentity,
     GpuReadings,
     GpuSnapshot,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bundle.localstack.__main__ import (
+from kube_gpu_exporter.bundle.localstack.__main__ import (
     AlertPrinter,
     DemoFacts,
     WebPages,
@@ -24,9 +24,9 @@ from bundle.localstack.__main__ import (
     detect_web_pages,
     port_problem,
 )
-from bundle.localstack.configs import FAST
-from bundle.localstack.stack import Ports, alertmanager_flags, prometheus_flags
-from bundle.localstack.webhook import AlertWebhook
+from kube_gpu_exporter.bundle.localstack.configs import FAST
+from kube_gpu_exporter.bundle.localstack.stack import Ports, alertmanager_flags, prometheus_flags
+from kube_gpu_exporter.bundle.localstack.webhook import AlertWebhook
 
 FACTS = DemoFacts(
     exporter="http://127.0.0.1:9455",

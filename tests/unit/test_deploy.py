@@ -17,11 +17,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from bundle import deploy_manifests
-from bundle.config import DEFAULT
-from exporter.flags.model import env_name
-from exporter.flags.parser import build_parser
-from exporter.flags.settings import parse_config
+from kube_gpu_exporter.bundle import deploy_manifests
+from kube_gpu_exporter.bundle.config import DEFAULT
+from kube_gpu_exporter.exporter.flags.model import env_name
+from kube_gpu_exporter.exporter.flags.parser import build_parser
+from kube_gpu_exporter.exporter.flags.settings import parse_config
 from tests.support import kubernetes_schemas
 
 ROOT = Path(__file__).resolve().parents[2]

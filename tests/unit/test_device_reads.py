@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import pytest
 
-from exporter.nvml.device_reads import DaemonWorkers, TurnTakingReads
-from exporter.poller import Poller
-from exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.nvml.device_reads import DaemonWorkers, TurnTakingReads
+from kube_gpu_exporter.exporter.poller import Poller
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
 from tests.conftest import FAST, fast_source, wait_for
 
 

@@ -74,7 +74,7 @@ def headings(page: str) -> set[str]:
 def test_the_walk_sees_the_repository_and_skips_ignored_trees() -> None:
     seen = {path.as_posix() for path, _ in repository_files()}
     assert "tests/unit/test_docs_facts.py" in seen
-    assert "exporter/podresources/v1/api.proto" in seen
+    assert "kube_gpu_exporter/exporter/podresources/v1/api.proto" in seen
     assert not any(p.startswith((".venv/", ".git/")) or "__pycache__" in p for p in seen)
 
 

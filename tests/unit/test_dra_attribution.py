@@ -9,10 +9,10 @@ from types import MappingProxyType
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.attribution.context import AttributionContext
-from exporter.config import LabelConfig
-from exporter.dra.names import DraDeviceName, parse_dra_device_name, profile_slug
-from exporter.dra.resolve import (
+from kube_gpu_exporter.exporter.attribution.context import AttributionContext
+from kube_gpu_exporter.exporter.config import LabelConfig
+from kube_gpu_exporter.exporter.dra.names import DraDeviceName, parse_dra_device_name, profile_slug
+from kube_gpu_exporter.exporter.dra.resolve import (
     AMBIGUOUS_MIG_INSTANCE,
     FOREIGN_DRIVER,
     NO_SUCH_GPU,
@@ -23,12 +23,18 @@ from exporter.dra.resolve import (
     DraTarget,
     resolve_dra_device,
 )
-from exporter.dra.slices import SliceDevice
-from exporter.kubernetes.pod_metadata import EMPTY_VIEW
-from exporter.podresources.allocations import DraAllocation, PodResourcesSnapshot
-from exporter.podresources.attribution import attribute
-from exporter.podresources.client import PodResourcesStatus
-from exporter.snapshot import GpuIdentity, GpuReadings, GpuSnapshot, MigInstance, NodeSnapshot
+from kube_gpu_exporter.exporter.dra.slices import SliceDevice
+from kube_gpu_exporter.exporter.kubernetes.pod_metadata import EMPTY_VIEW
+from kube_gpu_exporter.exporter.podresources.allocations import DraAllocation, PodResourcesSnapshot
+from kube_gpu_exporter.exporter.podresources.attribution import attribute
+from kube_gpu_exporter.exporter.podresources.client import PodResourcesStatus
+from kube_gpu_exporter.exporter.snapshot import (
+    GpuIdentity,
+    GpuReadings,
+    GpuSnapshot,
+    MigInstance,
+    NodeSnapshot,
+)
 from tests.conftest import render_body
 
 GPU = "gpu.nvidia.com"

@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from exporter.flags.settings import parse_config
-from exporter.nvml.energy_estimate import EnergyEstimates
+from kube_gpu_exporter.exporter.flags.settings import parse_config
+from kube_gpu_exporter.exporter.nvml.energy_estimate import EnergyEstimates
 
 GPU = "GPU-a"
 

@@ -16,7 +16,7 @@ import math
 
 import pytest
 
-from exporter.fields.table import BY_NAME
+from kube_gpu_exporter.exporter.fields.table import BY_NAME
 from tests.support.stepped_node import samples, stepped_default_node
 
 ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"  # mJ

@@ -16,15 +16,19 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.attribution.context import AttributionContext
-from exporter.config import HostLabel, LabelConfig
-from exporter.exposition.renderer import Renderer
-from exporter.exposition.store import ExpositionStore, build_exposition
-from exporter.exposition.text_format import escape_label_value, format_value, label_body
-from exporter.podresources.allocations import PodResourcesSnapshot
-from exporter.poller import Poller
-from exporter.simulator.stepped_time import SteppedHelpers
-from exporter.snapshot import GpuReadings
+from kube_gpu_exporter.exporter.attribution.context import AttributionContext
+from kube_gpu_exporter.exporter.config import HostLabel, LabelConfig
+from kube_gpu_exporter.exporter.exposition.renderer import Renderer
+from kube_gpu_exporter.exporter.exposition.store import ExpositionStore, build_exposition
+from kube_gpu_exporter.exporter.exposition.text_format import (
+    escape_label_value,
+    format_value,
+    label_body,
+)
+from kube_gpu_exporter.exporter.podresources.allocations import PodResourcesSnapshot
+from kube_gpu_exporter.exporter.poller import Poller
+from kube_gpu_exporter.exporter.simulator.stepped_time import SteppedHelpers
+from kube_gpu_exporter.exporter.snapshot import GpuReadings
 from tests.conftest import (
     FAST,
     LABELS,
@@ -45,9 +49,9 @@ def _same(value: Any) -> object:
 
 # The test's own statement of dcgm-exporter's classic units
 # (docs/dcgm-exporter-compatibility.md, 'Classic units'),
-# written independently of exporter/exposition/dcgm_families.py. Each takes the row's value in
-# GpuReadings (NVML's unit), as Any: an oracle runs only for a series that was written, so the
-# value is set.
+# written independently of kube_gpu_exporter/exporter/exposition/dcgm_families.py. Each takes the
+# row's value in GpuReadings (NVML's unit), as Any: an oracle runs only for a series that was
+# written, so the value is set.
 EXPECTED: dict[str, Callable[[Any], object]] = {
     "DCGM_FI_DEV_SM_CLOCK": _same,
     "DCGM_FI_DEV_MEM_CLOCK": _same,

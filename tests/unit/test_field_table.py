@@ -12,19 +12,19 @@ from typing import Any
 import pynvml
 import pytest
 
-from exporter.exposition.renderer import NOT_SERVED
-from exporter.fields import dcgm_catalogue
-from exporter.fields.model import FieldValue, Getter
-from exporter.fields.table import FIELDS, GPU_FIELDS
-from exporter.nvml.device_reader import DeviceReader
-from exporter.nvml.error_tally import ErrorTally
-from exporter.nvml.guarded_calls import GuardedNvml
-from exporter.scrape_cadence import ScrapeCadence
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import default_fleet
-from exporter.simulator.nvml.field_models import BY_FIELD_ID, MODELS
-from exporter.simulator.nvml.nvlink_fields import FIELD_IDS as HEALTH_FIELD_IDS
-from exporter.snapshot import ACCESSOR_ROWS, GpuReadings
+from kube_gpu_exporter.exporter.exposition.renderer import NOT_SERVED
+from kube_gpu_exporter.exporter.fields import dcgm_catalogue
+from kube_gpu_exporter.exporter.fields.model import FieldValue, Getter
+from kube_gpu_exporter.exporter.fields.table import FIELDS, GPU_FIELDS
+from kube_gpu_exporter.exporter.nvml.device_reader import DeviceReader
+from kube_gpu_exporter.exporter.nvml.error_tally import ErrorTally
+from kube_gpu_exporter.exporter.nvml.guarded_calls import GuardedNvml
+from kube_gpu_exporter.exporter.scrape_cadence import ScrapeCadence
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import default_fleet
+from kube_gpu_exporter.exporter.simulator.nvml.field_models import BY_FIELD_ID, MODELS
+from kube_gpu_exporter.exporter.simulator.nvml.nvlink_fields import FIELD_IDS as HEALTH_FIELD_IDS
+from kube_gpu_exporter.exporter.snapshot import ACCESSOR_ROWS, GpuReadings
 from tests.conftest import quiet
 from tests.support.rendered_node import RenderedNode
 

@@ -1,13 +1,13 @@
 """The docs' field tables are the field table's: the committed pages hold exactly what
-exporter/docs_table.py renders now, and a few rows, written out here rather than derived,
-say what the table says of them."""
+kube_gpu_exporter/exporter/docs_table.py renders now, and a few rows, written out here rather than
+derived, say what the table says of them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from exporter import docs_table
-from exporter.fields.table import FIELDS
+from kube_gpu_exporter.exporter import docs_table
+from kube_gpu_exporter.exporter.fields.table import FIELDS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -141,7 +141,8 @@ def test_the_4_9_spellings() -> None:
 
 
 def test_make_bundle_checks_and_writes_the_pages() -> None:
-    # The hook lives in bundle/render.py: its drift check and its writer both call these.
-    source = (REPO / "bundle/render.py").read_text()
+    # The hook lives in kube_gpu_exporter/bundle/render.py: its drift check and its writer both call
+    # these.
+    source = (REPO / "kube_gpu_exporter/bundle/render.py").read_text()
     assert "docs_table.stale_pages(root)" in source
     assert "docs_table.write_pages(ROOT)" in source

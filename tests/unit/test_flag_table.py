@@ -1,6 +1,6 @@
-"""The flag table (exporter/flags/table.py) and what is made from it: the parser, the environment,
-the config file and dcgm-exporter's variables, each checked against the rows so that none can
-drift from them."""
+"""The flag table (kube_gpu_exporter/exporter/flags/table.py) and what is made from it: the parser,
+the environment, the config file and dcgm-exporter's variables, each checked against the rows so
+that none can drift from them."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.flags.model import Flag, Kind
-from exporter.flags.parser import UsageError, build_parser, help_text
-from exporter.flags.settings import parse_config
-from exporter.flags.sources import keys_of
-from exporter.flags.table import BY_NAME, FLAGS
-from exporter.flags.upstream import UPSTREAM, UPSTREAM_ENV
+from kube_gpu_exporter.exporter.flags.model import Flag, Kind
+from kube_gpu_exporter.exporter.flags.parser import UsageError, build_parser, help_text
+from kube_gpu_exporter.exporter.flags.settings import parse_config
+from kube_gpu_exporter.exporter.flags.sources import keys_of
+from kube_gpu_exporter.exporter.flags.table import BY_NAME, FLAGS
+from kube_gpu_exporter.exporter.flags.upstream import UPSTREAM, UPSTREAM_ENV
 
 CSV = "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\nDCGM_FI_DEV_POWER_USAGE, gauge, power\n"
 KUBECONFIG = {
@@ -176,7 +176,7 @@ NEEDS = {
 
 def test_the_web_config_file_from_the_file_is_read_as_from_the_flag(tmp_path):
     users = tmp_path / "web.yaml"
-    from exporter.password_hash import hash_password
+    from kube_gpu_exporter.exporter.password_hash import hash_password
 
     users.write_text(f"basic_auth_users:\n  prometheus: '{hash_password('secret', 4)}'\n")
     document = {"web": {"config": {"file": str(users)}}}
@@ -292,9 +292,9 @@ def test_a_variable_of_another_meaning_is_noticed_not_read():
 
 
 def test_the_notice_is_logged_once_at_start(cli, monkeypatch):
-    import exporter.app
+    import kube_gpu_exporter.exporter.app
 
-    monkeypatch.setattr(exporter.app, "run", lambda backend, address: 0)
+    monkeypatch.setattr(kube_gpu_exporter.exporter.app, "run", lambda backend, address: 0)
     code, _, err = cli("--simulate", env={"DCGM_REMOTE_HOSTENGINE_INFO": "localhost:5555"})
     assert code == 0
     said = [line for line in err.splitlines() if "DCGM_REMOTE_HOSTENGINE_INFO" in line]

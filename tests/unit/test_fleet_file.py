@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.simulator.fleet import FleetError, default_fleet, load_fleet, parse_fleet
+from kube_gpu_exporter.exporter.simulator.fleet import (
+    FleetError,
+    default_fleet,
+    load_fleet,
+    parse_fleet,
+)
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
 from tests.conftest import fleet_from_yaml, render
 
 MIB = 2**20

@@ -7,16 +7,16 @@ import difflib
 
 import pytest
 
-from exporter.dcgm_compat import DEFAULT_PROFILE, PROFILES, DcgmVersion
-from exporter.exposition.dcgm_families import families_for
-from exporter.exposition.metric_family import (
+from kube_gpu_exporter.exporter.dcgm_compat import DEFAULT_PROFILE, PROFILES, DcgmVersion
+from kube_gpu_exporter.exporter.exposition.dcgm_families import families_for
+from kube_gpu_exporter.exporter.exposition.metric_family import (
     DCGM_ENTITY,
     HOST,
     LABEL_PREFIXED,
     Declared,
     MetricFamily,
 )
-from exporter.exposition.own_families import (
+from kube_gpu_exporter.exporter.exposition.own_families import (
     OWN_FAMILIES,
     PREFIX,
     all_families,
@@ -24,9 +24,9 @@ from exporter.exposition.own_families import (
     meaning_problems,
     profile_problems,
 )
-from exporter.exposition.text_format import escape_help
-from exporter.fields.collectors_file import read_collectors_file
-from exporter.simulator.fleet import builtin_collectors
+from kube_gpu_exporter.exporter.exposition.text_format import escape_help
+from kube_gpu_exporter.exporter.fields.collectors_file import read_collectors_file
+from kube_gpu_exporter.exporter.simulator.fleet import builtin_collectors
 from tests.golden.node_scrape import GOLDENS, Golden, samples, scrape, shape
 
 # Own families no golden can show: they appear only once something has failed.

@@ -17,15 +17,15 @@ from dataclasses import replace
 import pynvml
 import pytest
 
-from exporter.nvml.error_tally import ErrorTally
-from exporter.nvml.gpm_sampler import GpmSampler, GpmTarget
-from exporter.nvml.guarded_calls import GuardedNvml
-from exporter.poller import Poller
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import FleetSpec, default_fleet
-from exporter.simulator.gpm_model import PIPE_MIX
-from exporter.simulator.stepped_time import ManualClock, SteppedHelpers
-from exporter.snapshot import GpuSnapshot, NodeSnapshot
+from kube_gpu_exporter.exporter.nvml.error_tally import ErrorTally
+from kube_gpu_exporter.exporter.nvml.gpm_sampler import GpmSampler, GpmTarget
+from kube_gpu_exporter.exporter.nvml.guarded_calls import GuardedNvml
+from kube_gpu_exporter.exporter.poller import Poller
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import FleetSpec, default_fleet
+from kube_gpu_exporter.exporter.simulator.gpm_model import PIPE_MIX
+from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock, SteppedHelpers
+from kube_gpu_exporter.exporter.snapshot import GpuSnapshot, NodeSnapshot
 from tests.conftest import FAST, fast_source, fleet_from_yaml, quiet, render, wait_for
 from tests.support.clock_steps import parked, step
 from tests.support.stepped_node import poller_on

@@ -9,14 +9,14 @@ from collections.abc import Iterator
 import pynvml
 import pytest
 
-from exporter.config import CollectionConfig
-from exporter.poller import Poller
-from exporter.simulator import gpm_model
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import default_fleet
-from exporter.simulator.gpm_model import PIPE_MIX
-from exporter.simulator.stepped_time import SteppedHelpers
-from exporter.snapshot import NodeSnapshot, ProfilingReadings
+from kube_gpu_exporter.exporter.config import CollectionConfig
+from kube_gpu_exporter.exporter.poller import Poller
+from kube_gpu_exporter.exporter.simulator import gpm_model
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import default_fleet
+from kube_gpu_exporter.exporter.simulator.gpm_model import PIPE_MIX
+from kube_gpu_exporter.exporter.simulator.stepped_time import SteppedHelpers
+from kube_gpu_exporter.exporter.snapshot import NodeSnapshot, ProfilingReadings
 from tests.conftest import quiet
 
 STEP_S = 5.0

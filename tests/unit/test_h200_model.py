@@ -15,14 +15,14 @@ import pynvml
 import pytest
 
 from benchmarks.real_gpu.latency import gpm_pair
-from exporter import small_yaml
-from exporter.nvml.error_tally import ErrorTally
-from exporter.nvml.guarded_calls import GuardedNvml
-from exporter.nvml.mig_reader import MigReader
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import FleetError, FleetSpec
-from exporter.simulator.gpu_models import find_model
-from exporter.snapshot import GpuIdentity
+from kube_gpu_exporter.exporter import small_yaml
+from kube_gpu_exporter.exporter.nvml.error_tally import ErrorTally
+from kube_gpu_exporter.exporter.nvml.guarded_calls import GuardedNvml
+from kube_gpu_exporter.exporter.nvml.mig_reader import MigReader
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import FleetError, FleetSpec
+from kube_gpu_exporter.exporter.simulator.gpu_models import find_model
+from kube_gpu_exporter.exporter.snapshot import GpuIdentity
 from tests.conftest import fleet_from_yaml
 
 RECORD_PATH = (

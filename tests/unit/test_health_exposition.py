@@ -14,16 +14,16 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter.flags.settings import parse_config
-from exporter.health.verdict import verdict
-from exporter.nvml.device_reader import DeviceReader
-from exporter.nvml.error_tally import ErrorTally
-from exporter.nvml.guarded_calls import GuardedNvml
-from exporter.readiness import NO_GPUS, node_readiness
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import default_fleet
-from exporter.simulator.gpu_models import T4
-from exporter.snapshot import GpuSnapshot, NodeSnapshot
+from kube_gpu_exporter.exporter.flags.settings import parse_config
+from kube_gpu_exporter.exporter.health.verdict import verdict
+from kube_gpu_exporter.exporter.nvml.device_reader import DeviceReader
+from kube_gpu_exporter.exporter.nvml.error_tally import ErrorTally
+from kube_gpu_exporter.exporter.nvml.guarded_calls import GuardedNvml
+from kube_gpu_exporter.exporter.readiness import NO_GPUS, node_readiness
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import default_fleet
+from kube_gpu_exporter.exporter.simulator.gpu_models import T4
+from kube_gpu_exporter.exporter.snapshot import GpuSnapshot, NodeSnapshot
 from tests.conftest import quiet, wait_for
 from tests.support.control_client import control_client
 from tests.support.rendered_node import RenderedNode

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.health.reasons import BY_NAME, Clears, xid_reason
-from exporter.simulator.fleet import FleetSpec, builtin_fleet, parse_fleet
+from kube_gpu_exporter.exporter.health.reasons import BY_NAME, Clears, xid_reason
+from kube_gpu_exporter.exporter.simulator.fleet import FleetSpec, builtin_fleet, parse_fleet
 from tests.conftest import wait_for
 from tests.support.control_client import control_client
 from tests.support.rendered_node import RenderedNode

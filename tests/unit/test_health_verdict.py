@@ -10,15 +10,21 @@ from dataclasses import replace
 import pytest
 from aiohttp.test_utils import TestClient
 
-from exporter import fabric_health
-from exporter.health.reasons import BY_NAME, HEALTHY, XID_HOLD_SECONDS, Action, Severity
-from exporter.health.verdict import verdict
-from exporter.nvml.device_reader import DeviceReader
-from exporter.nvml.error_tally import ErrorTally
-from exporter.nvml.guarded_calls import GuardedNvml
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import builtin_fleet
-from exporter.snapshot import GpuIdentity, GpuReadings, GpuSnapshot, XidRecord
+from kube_gpu_exporter.exporter import fabric_health
+from kube_gpu_exporter.exporter.health.reasons import (
+    BY_NAME,
+    HEALTHY,
+    XID_HOLD_SECONDS,
+    Action,
+    Severity,
+)
+from kube_gpu_exporter.exporter.health.verdict import verdict
+from kube_gpu_exporter.exporter.nvml.device_reader import DeviceReader
+from kube_gpu_exporter.exporter.nvml.error_tally import ErrorTally
+from kube_gpu_exporter.exporter.nvml.guarded_calls import GuardedNvml
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import builtin_fleet
+from kube_gpu_exporter.exporter.snapshot import GpuIdentity, GpuReadings, GpuSnapshot, XidRecord
 from tests.support.control_client import control_client
 
 IDENT = GpuIdentity(0, "GPU-0", "NVIDIA H100 80GB HBM3", "00000000:18:00.0")

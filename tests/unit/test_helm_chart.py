@@ -24,13 +24,13 @@ import pydantic
 import pytest
 import yaml
 
-from bundle import helm_chart
-from bundle import render as bundle_render
-from bundle.config import DEFAULT
-from bundle.flavours import FLAVOURS, flavour_paths
-from exporter.flags.model import env_name
-from exporter.flags.parser import build_parser
-from exporter.flags.settings import parse_config
+from kube_gpu_exporter.bundle import helm_chart
+from kube_gpu_exporter.bundle import render as bundle_render
+from kube_gpu_exporter.bundle.config import DEFAULT
+from kube_gpu_exporter.bundle.flavours import FLAVOURS, flavour_paths
+from kube_gpu_exporter.exporter.flags.model import env_name
+from kube_gpu_exporter.exporter.flags.parser import build_parser
+from kube_gpu_exporter.exporter.flags.settings import parse_config
 from tests.support import kubernetes_schemas
 from tests.support.generated_bundle import generated
 from tests.support.monitoring_crds import validate

@@ -23,8 +23,8 @@ import yaml
 from cryptography import x509
 from kubernetes.config import incluster_config
 
-from bundle import helm_chart
-from exporter.flags.settings import parse_config
+from kube_gpu_exporter.bundle import helm_chart
+from kube_gpu_exporter.exporter.flags.settings import parse_config
 from tests.support import kubernetes_schemas
 from tests.unit.test_helm_chart import (
     CHART,

@@ -3,8 +3,8 @@
 Every value the chart's templates splice is quoted or written by toYaml, so that whatever a value
 holds it adds no key to any object and no argument to the exporter; values.schema.json refuses,
 with Helm's message naming the value, what Kubernetes or a registry would refuse later; extraArgs
-takes the exporter's own flags only, read by bundle/helm_chart.py off the parser that
-exporter/flags/table.py makes.
+takes the exporter's own flags only, read by kube_gpu_exporter/bundle/helm_chart.py off the parser
+that kube_gpu_exporter/exporter/flags/table.py makes.
 
 Each attack is rendered twice, with Helm's own engine: with the chart's schema, as `helm install`
 checks it, and with a copy of the chart that has none, as `helm install --skip-schema-validation`
@@ -26,11 +26,11 @@ import helm_python
 import pytest
 import yaml
 
-from bundle import helm_chart
-from bundle.config import DEFAULT
-from exporter.flags.model import env_name
-from exporter.flags.parser import UsageError, build_parser
-from exporter.flags.settings import parse_config
+from kube_gpu_exporter.bundle import helm_chart
+from kube_gpu_exporter.bundle.config import DEFAULT
+from kube_gpu_exporter.exporter.flags.model import env_name
+from kube_gpu_exporter.exporter.flags.parser import UsageError, build_parser
+from kube_gpu_exporter.exporter.flags.settings import parse_config
 from tests.support import kubernetes_schemas
 from tests.unit.test_helm_chart import (
     CHART,
@@ -414,7 +414,8 @@ def test_the_allowed_flags_come_from_the_parser_not_a_list():
     assert committed["properties"]["extraArgs"]["items"] == made["items"]
 
 
-# The switches the exporter takes only with --kubernetes (exporter/flags/settings.py, parse_config).
+# The switches the exporter takes only with --kubernetes
+# (kube_gpu_exporter/exporter/flags/settings.py, parse_config).
 NEEDS_ENRICHMENT = ("--kubernetes.enable-pod-uid", "--kubernetes.enable-pod-labels")
 
 

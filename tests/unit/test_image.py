@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from bundle.localstack.processes import free_port
 from deploy.image import debian_base, emulation, engines, manifest, measure, platforms
 from deploy.image.__main__ import default_tags
 from deploy.image.__main__ import main as image_main
-from exporter.cli import main
-from exporter.errors import ConfigurationError
-from exporter.simulator import node as simulated
+from kube_gpu_exporter.bundle.localstack.processes import free_port
+from kube_gpu_exporter.exporter.cli import main
+from kube_gpu_exporter.exporter.errors import ConfigurationError
+from kube_gpu_exporter.exporter.simulator import node as simulated
 from tests.process.test_image import DEB822, _layer
 
 

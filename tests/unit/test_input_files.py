@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter import small_yaml
+from kube_gpu_exporter.exporter import small_yaml
 from tests.conftest import REPO
 from tests.unit.test_cli import assert_one_error_line
 
@@ -56,7 +56,7 @@ def run_limited(*args: str) -> subprocess.CompletedProcess:
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
     return subprocess.run(
-        [sys.executable, "-m", "exporter", *args, "--web.listen-address=127.0.0.1:1"],
+        [sys.executable, "-m", "kube_gpu_exporter", *args, "--web.listen-address=127.0.0.1:1"],
         capture_output=True,
         text=True,
         timeout=DEADLINE_S,  # a FIFO opened for reading would block here until killed

@@ -27,9 +27,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.kubernetes.answer_deadlines import HEADERS_SECONDS
-from exporter.kubernetes.api_requests import MAX_ERROR_BYTES
-from exporter.kubernetes.watcher import HEALTHY_ROUND_SECONDS
+from kube_gpu_exporter.exporter.kubernetes.answer_deadlines import HEADERS_SECONDS
+from kube_gpu_exporter.exporter.kubernetes.api_requests import MAX_ERROR_BYTES
+from kube_gpu_exporter.exporter.kubernetes.watcher import HEALTHY_ROUND_SECONDS
 from tests.conftest import wait_for
 from tests.support.clock_steps import at_least_parked, within_jitter
 from tests.support.fake_kube_api import SLICES, ErrorAnswer, FakeKubeApi

@@ -13,10 +13,10 @@ from functools import partial
 
 import pytest
 
-from exporter.kubernetes.label_names import sanitize_label_name
-from exporter.kubernetes.pod_metadata import KubernetesView
-from exporter.kubernetes.watcher import KubernetesWatcher
-from exporter.simulator.stepped_time import ManualClock
+from kube_gpu_exporter.exporter.kubernetes.label_names import sanitize_label_name
+from kube_gpu_exporter.exporter.kubernetes.pod_metadata import KubernetesView
+from kube_gpu_exporter.exporter.kubernetes.watcher import KubernetesWatcher
+from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock
 from tests.conftest import open_fds, threads, wait_for
 from tests.support.clock_steps import at_least_parked, run_until
 from tests.support.exporter_process import free_port

@@ -12,12 +12,12 @@ from typing import Any
 import pynvml
 import pytest
 
-from exporter.nvml.error_tally import ErrorTally
-from exporter.nvml.guarded_calls import GuardedNvml
-from exporter.nvml.mig_reader import MigReader
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import FleetSpec, default_fleet
-from exporter.snapshot import GpuIdentity, MigInstance
+from kube_gpu_exporter.exporter.nvml.error_tally import ErrorTally
+from kube_gpu_exporter.exporter.nvml.guarded_calls import GuardedNvml
+from kube_gpu_exporter.exporter.nvml.mig_reader import MigReader
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import FleetSpec, default_fleet
+from kube_gpu_exporter.exporter.snapshot import GpuIdentity, MigInstance
 
 # Driver GI profile IDs on H100 as `nvidia-smi mig -lgip` prints them (docs/nvml.md, 'MIG
 # profiles'), written out here rather than read from the simulator's own table.
@@ -110,7 +110,7 @@ def test_a_refused_query_leaves_placements_unknown_and_profile_ids_from_the_tabl
     sim = make_sim(fleet())
     arrange(sim)
     reader = Reader(sim)
-    with caplog.at_level(logging.INFO, logger="exporter.nvml.mig_reader"):
+    with caplog.at_level(logging.INFO, logger="kube_gpu_exporter.exporter.nvml.mig_reader"):
         read = reader.read_all()
         reader.mig.invalidate()
         again = reader.read_all()

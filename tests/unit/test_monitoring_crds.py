@@ -19,7 +19,7 @@ import pytest
 import yaml
 from cloudcoil.models.prometheus_operator import v1
 
-from bundle.flavours import FLAVOURS
+from kube_gpu_exporter.bundle.flavours import FLAVOURS
 from tests.support.monitoring_crds import MODELS, strictly, validate
 from tests.unit.test_deploy import BUILDS
 from tests.unit.test_helm_chart import CHART, CI, ROOT, ci_values, objects, render

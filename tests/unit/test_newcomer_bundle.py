@@ -1,7 +1,7 @@
-"""A custom bundle is a whole bundle (`python -m bundle.render [--config my.yaml] --out DIR`):
-the same files as the committed defaults, runbooks and the 4.9 flavour included, with promtool
-tests wherever they still hold; and every alert's runbook_url points at a runbook the bundle
-ships, not at a repository that does not exist."""
+"""A custom bundle is a whole bundle (`python -m kube_gpu_exporter.bundle.render [--config my.yaml]
+--out DIR`): the same files as the committed defaults, runbooks and the 4.9 flavour included, with
+promtool tests wherever they still hold; and every alert's runbook_url points at a runbook the
+bundle ships, not at a repository that does not exist."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import yaml
 
-from bundle.config import DEFAULT
-from bundle.flavours import FLAVOURS, flavour_paths
-from bundle.helm_chart import hand_written
-from bundle.render import ROOT, bundle_files, main
+from kube_gpu_exporter.bundle.config import DEFAULT
+from kube_gpu_exporter.bundle.flavours import FLAVOURS, flavour_paths
+from kube_gpu_exporter.bundle.helm_chart import hand_written
+from kube_gpu_exporter.bundle.render import ROOT, bundle_files, main
 from tests.support.generated_bundle import generated
 
 COMMITTED_SOURCES = (

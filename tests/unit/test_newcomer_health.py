@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from exporter.readiness import ReadinessLog, first_sync
+from kube_gpu_exporter.exporter.readiness import ReadinessLog, first_sync
 from tests.process.test_newcomer_health import Clock
 
 
@@ -15,9 +15,13 @@ def test_the_readiness_log_repeats_once_a_minute_and_on_change(caplog):
     readiness = ReadinessLog(lambda: why[0], clock=clock)
 
     def lines() -> list[str]:
-        return [r.getMessage() for r in caplog.records if r.name == "exporter.readiness"]
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.name == "kube_gpu_exporter.exporter.readiness"
+        ]
 
-    caplog.set_level(logging.INFO, logger="exporter.readiness")
+    caplog.set_level(logging.INFO, logger="kube_gpu_exporter.exporter.readiness")
     readiness.step()
     clock.now += 4.9
     readiness.step()

@@ -3,7 +3,7 @@ the cases that run inside this process; the others are in tests/process/test_new
 
 from __future__ import annotations
 
-from exporter.server import local_url
+from kube_gpu_exporter.exporter.server import local_url
 
 
 def test_the_url_names_a_host_a_browser_opens():

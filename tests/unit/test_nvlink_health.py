@@ -9,15 +9,19 @@ import threading
 import pytest
 from aiohttp.test_utils import TestClient
 
-from exporter import fabric_health
-from exporter.fields.collectors_file import parse_collectors, read_collectors_file
-from exporter.fields.nvlink_health_rows import FABRIC_FIELDS, NVLINK_HEALTH_FIELDS
-from exporter.nvml.device_reader import DeviceReader
-from exporter.nvml.error_tally import ErrorTally
-from exporter.nvml.guarded_calls import GuardedNvml
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import builtin_collectors, builtin_fleet, parse_fleet
-from exporter.simulator.nvlink_health import HEALTHY_MASK
+from kube_gpu_exporter.exporter import fabric_health
+from kube_gpu_exporter.exporter.fields.collectors_file import parse_collectors, read_collectors_file
+from kube_gpu_exporter.exporter.fields.nvlink_health_rows import FABRIC_FIELDS, NVLINK_HEALTH_FIELDS
+from kube_gpu_exporter.exporter.nvml.device_reader import DeviceReader
+from kube_gpu_exporter.exporter.nvml.error_tally import ErrorTally
+from kube_gpu_exporter.exporter.nvml.guarded_calls import GuardedNvml
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import (
+    builtin_collectors,
+    builtin_fleet,
+    parse_fleet,
+)
+from kube_gpu_exporter.exporter.simulator.nvlink_health import HEALTHY_MASK
 from tests.support.control_client import control_client
 
 NAMES = [row.name for row in NVLINK_HEALTH_FIELDS]
@@ -204,8 +208,8 @@ def test_the_domain_follows_the_registration(tray: FakeNvml) -> None:
 
 
 def test_the_cluster_label_is_on_only_where_a_collectors_file_lists_it(tmp_path) -> None:
-    from exporter.flags.settings import parse_config
-    from exporter.simulator.node import with_fleet_collectors
+    from kube_gpu_exporter.exporter.flags.settings import parse_config
+    from kube_gpu_exporter.exporter.simulator.node import with_fleet_collectors
 
     def label(*argv: str) -> str:
         return with_fleet_collectors(

@@ -10,13 +10,13 @@ from dataclasses import replace
 import pynvml
 import pytest
 
-from exporter.config import CollectionConfig
-from exporter.nvml.nvlink_rate import NvlinkRate, NvlinkSample
-from exporter.poller import Poller
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import FleetSpec, default_fleet
-from exporter.simulator.sim_gpu import NVLINK_RX_SHARE
-from exporter.snapshot import NodeSnapshot
+from kube_gpu_exporter.exporter.config import CollectionConfig
+from kube_gpu_exporter.exporter.nvml.nvlink_rate import NvlinkRate, NvlinkSample
+from kube_gpu_exporter.exporter.poller import Poller
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import FleetSpec, default_fleet
+from kube_gpu_exporter.exporter.simulator.sim_gpu import NVLINK_RX_SHARE
+from kube_gpu_exporter.exporter.snapshot import NodeSnapshot
 from tests.conftest import fleet_from_yaml, quiet
 
 STEP_S = 5.0

@@ -19,37 +19,51 @@ from types import MappingProxyType
 
 import pytest
 
-from exporter.config import CollectionConfig
-from exporter.kubernetes.pod_metadata import EMPTY_VIEW, KubernetesView, PodMetadata
-from exporter.nvml.error_tally import ErrorTally
-from exporter.nvml.guarded_calls import GuardedNvml
-from exporter.nvml.helper import LiveGpu
-from exporter.nvml.mig_reader import MigReader
-from exporter.nvml.process_sampler import ProcessSampler
-from exporter.podresources.allocations import Allocation, PodResourcesSnapshot, from_responses
-from exporter.podresources.attribution import attribute
-from exporter.podresources.device_ids import parse_device_id
-from exporter.poller import Poller
-from exporter.processes import host_pids
-from exporter.processes.cgroup_path import PodCgroup, pod_cgroup
-from exporter.processes.host_pids import HostPidOwners
-from exporter.processes.kubelet_logs import (
+from kube_gpu_exporter.exporter.config import CollectionConfig
+from kube_gpu_exporter.exporter.kubernetes.pod_metadata import (
+    EMPTY_VIEW,
+    KubernetesView,
+    PodMetadata,
+)
+from kube_gpu_exporter.exporter.nvml.error_tally import ErrorTally
+from kube_gpu_exporter.exporter.nvml.guarded_calls import GuardedNvml
+from kube_gpu_exporter.exporter.nvml.helper import LiveGpu
+from kube_gpu_exporter.exporter.nvml.mig_reader import MigReader
+from kube_gpu_exporter.exporter.nvml.process_sampler import ProcessSampler
+from kube_gpu_exporter.exporter.podresources.allocations import (
+    Allocation,
+    PodResourcesSnapshot,
+    from_responses,
+)
+from kube_gpu_exporter.exporter.podresources.attribution import attribute
+from kube_gpu_exporter.exporter.podresources.device_ids import parse_device_id
+from kube_gpu_exporter.exporter.poller import Poller
+from kube_gpu_exporter.exporter.processes import host_pids
+from kube_gpu_exporter.exporter.processes.cgroup_path import PodCgroup, pod_cgroup
+from kube_gpu_exporter.exporter.processes.host_pids import HostPidOwners
+from kube_gpu_exporter.exporter.processes.kubelet_logs import (
     ContainerNames,
     KubeletLogIndex,
     PodNames,
     parse_container_log_name,
     parse_pod_log_dir_name,
 )
-from exporter.processes.owner import EXITED, HOST, OTHER_PID_NAMESPACE
-from exporter.processes.pod_usage import NOT_HOLDER, UNATTRIBUTED, pod_usage
-from exporter.simulator.fake_kubelet import FakeKubelet
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import default_fleet
-from exporter.simulator.host_tree import HostTree
-from exporter.simulator.processes import ProcessTable
-from exporter.simulator.sim_process import SimContainer
-from exporter.simulator.stepped_time import SteppedHelpers
-from exporter.snapshot import GpuIdentity, GpuProcess, GpuSnapshot, NodeSnapshot, ProcessOwner
+from kube_gpu_exporter.exporter.processes.owner import EXITED, HOST, OTHER_PID_NAMESPACE
+from kube_gpu_exporter.exporter.processes.pod_usage import NOT_HOLDER, UNATTRIBUTED, pod_usage
+from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import default_fleet
+from kube_gpu_exporter.exporter.simulator.host_tree import HostTree
+from kube_gpu_exporter.exporter.simulator.processes import ProcessTable
+from kube_gpu_exporter.exporter.simulator.sim_process import SimContainer
+from kube_gpu_exporter.exporter.simulator.stepped_time import SteppedHelpers
+from kube_gpu_exporter.exporter.snapshot import (
+    GpuIdentity,
+    GpuProcess,
+    GpuSnapshot,
+    NodeSnapshot,
+    ProcessOwner,
+)
 from tests.conftest import FAST, fast_source, quiet, render
 
 UID = "2edf54f8-6911-449f-9abe-3d468a770d6b"
@@ -525,7 +539,7 @@ def test_problem_in_a_cgroup_namespace_is_told_by_the_missing_kernel_threads(
 def test_a_missing_log_root_is_logged_once_and_does_not_stop_attribution(
     tmp_path: Path, proc: Path, clock: Clock, caplog
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="exporter.processes.host_pids")
+    caplog.set_level(logging.WARNING, logger="kube_gpu_exporter.exporter.processes.host_pids")
     owners = HostPidOwners(proc, tmp_path / "no-log", clock)
     assert owners.problem() is None
     said = [r.getMessage() for r in caplog.records]
@@ -835,7 +849,7 @@ def _logs(root: Path, *names: tuple[str, str, str]) -> Path:
 def test_every_name_of_a_container_id_is_kept_and_the_conflict_counted_and_logged_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="exporter.processes")
+    caplog.set_level(logging.WARNING, logger="kube_gpu_exporter.exporter.processes")
     clock = Clock()
     index = KubeletLogIndex(_logs(tmp_path, FORGED, REAL), clock, rescan_interval_s=0.0)
     assert index.containers(CID) == (ContainerNames(*REAL), ContainerNames(*FORGED))
@@ -1047,7 +1061,7 @@ def run_bounded(work: Callable[[], object], fifos: list[Path]) -> tuple[bool, ob
 def test_fifos_and_devices_in_the_proc_root_are_refused_at_once_with_one_line_each(
     proc: Path, logs: Path, clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="exporter.processes")
+    caplog.set_level(logging.WARNING, logger="kube_gpu_exporter.exporter.processes")
     pod = POD_CGROUP
     for pid in (300, 301, 302, 303):
         add_process(proc, pid, 9000 + pid, pod)

@@ -1,6 +1,7 @@
 """Energy per pod on hand-built snapshots: the split of each GPU's energy among its containers
-(exporter/attribution/energy_shares.py, computed in the join) and the ledger that adds each
-increase to their counters (exporter/attribution/pod_energy.py); docs/pods.md, 'Energy per pod'."""
+(kube_gpu_exporter/exporter/attribution/energy_shares.py, computed in the join) and the ledger that
+adds each increase to their counters (kube_gpu_exporter/exporter/attribution/pod_energy.py);
+docs/pods.md, 'Energy per pod'."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from dataclasses import replace
 import pytest
 
 from benchmarks import pod_energy as pod_energy_benchmark
-from exporter.attribution.context import NO_CONTEXT, AttributionContext
-from exporter.attribution.devices import POD_JOIN
-from exporter.attribution.energy_shares import (
+from kube_gpu_exporter.exporter.attribution.context import NO_CONTEXT, AttributionContext
+from kube_gpu_exporter.exporter.attribution.devices import POD_JOIN
+from kube_gpu_exporter.exporter.attribution.energy_shares import (
     ENERGY_SHARES,
     HOLDERS,
     MIG_GPM,
@@ -23,17 +24,22 @@ from exporter.attribution.energy_shares import (
     UNHELD,
     slice_count,
 )
-from exporter.attribution.join import join
-from exporter.attribution.model import AttributedNode, EnergyShares, Labels, ValueRow
-from exporter.attribution.pod_energy import POD_ENERGY, PodEnergyLedger
-from exporter.config import LabelConfig
-from exporter.exposition.renderer import Renderer
-from exporter.exposition.store import build_exposition
-from exporter.podresources.allocations import Allocation, PodResourcesSnapshot
-from exporter.podresources.client import PodResourcesStatus
-from exporter.podresources.device_ids import parse_device_id
-from exporter.processes.owner import HOST
-from exporter.snapshot import (
+from kube_gpu_exporter.exporter.attribution.join import join
+from kube_gpu_exporter.exporter.attribution.model import (
+    AttributedNode,
+    EnergyShares,
+    Labels,
+    ValueRow,
+)
+from kube_gpu_exporter.exporter.attribution.pod_energy import POD_ENERGY, PodEnergyLedger
+from kube_gpu_exporter.exporter.config import LabelConfig
+from kube_gpu_exporter.exporter.exposition.renderer import Renderer
+from kube_gpu_exporter.exporter.exposition.store import build_exposition
+from kube_gpu_exporter.exporter.podresources.allocations import Allocation, PodResourcesSnapshot
+from kube_gpu_exporter.exporter.podresources.client import PodResourcesStatus
+from kube_gpu_exporter.exporter.podresources.device_ids import parse_device_id
+from kube_gpu_exporter.exporter.processes.owner import HOST
+from kube_gpu_exporter.exporter.snapshot import (
     GpuIdentity,
     GpuProcess,
     GpuReadings,
@@ -298,7 +304,7 @@ def test_a_split_that_fails_is_named_and_credits_nothing(monkeypatch: pytest.Mon
     def broken(*args: object) -> tuple[EnergyShares, ...]:
         raise KeyError("split bug")
 
-    monkeypatch.setattr("exporter.attribution.join.energy_shares", broken)
+    monkeypatch.setattr("kube_gpu_exporter.exporter.attribution.join.energy_shares", broken)
     node = ledger.attach(_node(_gpu(1, WHOLE, energy_mj=1_200_000), at=2.0))
     assert [part for part, _ in node.failures] == [ENERGY_SHARES]
     assert _joules(node.pod_energy)[(WHOLE, "", "trainer", "main")] == 0.0

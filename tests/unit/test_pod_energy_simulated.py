@@ -1,7 +1,7 @@
 """Energy per pod on the default simulated node, wired as `kube-gpu-exporter --simulate` wires
-it (the store of exporter/app.py, its join and its ledger), over one simulated minute on a
-stepped clock: every GPU's rows add up to the GPU's own energy counter, and the three pods
-time-slicing GPU 3 get distinct shares, each its SM share over the minute."""
+it (the store of kube_gpu_exporter/exporter/app.py, its join and its ledger), over one simulated
+minute on a stepped clock: every GPU's rows add up to the GPU's own energy counter, and the three
+pods time-slicing GPU 3 get distinct shares, each its SM share over the minute."""
 
 from __future__ import annotations
 

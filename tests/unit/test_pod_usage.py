@@ -10,27 +10,27 @@ from types import MappingProxyType
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.attribution.context import AttributionContext
-from exporter.config import LabelConfig
-from exporter.kubernetes.pod_metadata import EMPTY_VIEW, PodMetadata
-from exporter.podresources.allocations import Allocation, PodResourcesSnapshot
-from exporter.podresources.attribution import attribute
-from exporter.podresources.client import PodResourcesStatus
-from exporter.podresources.device_ids import parse_device_id
-from exporter.processes.host_pids import HostPidOwners
-from exporter.processes.owner import EXITED, HOST
-from exporter.processes.pod_usage import (
+from kube_gpu_exporter.exporter.attribution.context import AttributionContext
+from kube_gpu_exporter.exporter.config import LabelConfig
+from kube_gpu_exporter.exporter.kubernetes.pod_metadata import EMPTY_VIEW, PodMetadata
+from kube_gpu_exporter.exporter.podresources.allocations import Allocation, PodResourcesSnapshot
+from kube_gpu_exporter.exporter.podresources.attribution import attribute
+from kube_gpu_exporter.exporter.podresources.client import PodResourcesStatus
+from kube_gpu_exporter.exporter.podresources.device_ids import parse_device_id
+from kube_gpu_exporter.exporter.processes.host_pids import HostPidOwners
+from kube_gpu_exporter.exporter.processes.owner import EXITED, HOST
+from kube_gpu_exporter.exporter.processes.pod_usage import (
     HOLDER_UNKNOWN,
     NOT_HOLDER,
     UNATTRIBUTED,
     Usage,
     pod_usage,
 )
-from exporter.simulator.fake_kubelet import FakeKubelet
-from exporter.simulator.fleet import CGROUP_LAYOUTS, default_fleet
-from exporter.simulator.host_tree import HostTree
-from exporter.simulator.processes import ProcessTable
-from exporter.snapshot import (
+from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
+from kube_gpu_exporter.exporter.simulator.fleet import CGROUP_LAYOUTS, default_fleet
+from kube_gpu_exporter.exporter.simulator.host_tree import HostTree
+from kube_gpu_exporter.exporter.simulator.processes import ProcessTable
+from kube_gpu_exporter.exporter.snapshot import (
     GpuIdentity,
     GpuProcess,
     GpuReadings,

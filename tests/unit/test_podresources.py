@@ -12,21 +12,25 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.attribution.context import AttributionContext
-from exporter.config import LabelConfig
-from exporter.podresources import generate_stubs
-from exporter.podresources.allocations import PodResourcesSnapshot
-from exporter.podresources.attribution import attribute, resolve
-from exporter.podresources.client import (
+from kube_gpu_exporter.exporter.attribution.context import AttributionContext
+from kube_gpu_exporter.exporter.config import LabelConfig
+from kube_gpu_exporter.exporter.podresources import generate_stubs
+from kube_gpu_exporter.exporter.podresources.allocations import PodResourcesSnapshot
+from kube_gpu_exporter.exporter.podresources.attribution import attribute, resolve
+from kube_gpu_exporter.exporter.podresources.client import (
     MAX_MESSAGE_BYTES,
     PodResourcesClient,
     PodResourcesWatcher,
 )
-from exporter.podresources.device_ids import DeviceKind, is_gpu_resource, parse_device_id
-from exporter.podresources.grpc_unary import RpcError
-from exporter.podresources.v1 import api_pb2
-from exporter.simulator.fake_kubelet import FakeKubelet
-from exporter.simulator.stepped_time import ManualClock
+from kube_gpu_exporter.exporter.podresources.device_ids import (
+    DeviceKind,
+    is_gpu_resource,
+    parse_device_id,
+)
+from kube_gpu_exporter.exporter.podresources.grpc_unary import RpcError
+from kube_gpu_exporter.exporter.podresources.v1 import api_pb2
+from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
+from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock
 from tests.conftest import (
     LABELS,
     fleet_from_yaml,
@@ -276,7 +280,7 @@ def test_extra_resource_names_are_counted(sim, kubelet, make_poller):
 
 def test_gke_ids_resolve_by_index(sim, make_poller):
     snapshot = make_poller(sim).sweep()
-    from exporter.podresources.allocations import Allocation
+    from kube_gpu_exporter.exporter.podresources.allocations import Allocation
 
     ref = Allocation("ns", "p", "c", "nvidia.com/gpu", parse_device_id("nvidia6/gi4"))
     assert resolve(ref, snapshot) == (sim.gpus[6].uuid, 4)
@@ -443,7 +447,7 @@ def test_large_list_response(sim, kubelet):
     client.reset()  # an idle connection would hold the kubelet's graceful stop at teardown
     # The same call with gRPC's default 4 MiB receive limit fails, as on busy nodes (#509).
     with grpc.insecure_channel(f"unix://{kubelet.socket_path}") as channel:
-        from exporter.podresources.v1 import api_pb2_grpc
+        from kube_gpu_exporter.exporter.podresources.v1 import api_pb2_grpc
 
         with pytest.raises(grpc.RpcError) as info:
             api_pb2_grpc.PodResourcesListerStub(channel).List(api_pb2.ListPodResourcesRequest())
@@ -507,7 +511,7 @@ def test_get_where_offered(sim, kubelet):
 
 
 def test_attribution_survives_unknown_devices(sim, make_poller):
-    from exporter.podresources.allocations import Allocation, PodResourcesSnapshot
+    from kube_gpu_exporter.exporter.podresources.allocations import Allocation, PodResourcesSnapshot
 
     snapshot = make_poller(sim).sweep()
     pods = PodResourcesSnapshot(
@@ -521,7 +525,7 @@ def test_attribution_survives_unknown_devices(sim, make_poller):
 
 
 def test_allocatable_is_asked_again_only_when_it_may_have_changed(sim, kubelet, monkeypatch):
-    import exporter.podresources.client as client_module
+    import kube_gpu_exporter.exporter.podresources.client as client_module
 
     watcher = watcher_for(kubelet)
     for _ in range(3):
@@ -563,7 +567,7 @@ def test_allocatable_is_asked_again_after_a_failed_round(sim, kubelet):
 
 
 def test_an_unchanged_answer_is_not_checked_or_parsed_again(sim, kubelet, monkeypatch):
-    import exporter.podresources.client as client_module
+    import kube_gpu_exporter.exporter.podresources.client as client_module
 
     checked: list[str] = []
     real_check = client_module.check_answer

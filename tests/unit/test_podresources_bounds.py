@@ -18,10 +18,10 @@ import pytest
 # Private to protobuf, so types-protobuf leaves it out.
 from google.protobuf.internal.encoder import _VarintBytes  # type: ignore[attr-defined]
 
-from exporter.clock import SYSTEM_CLOCK, Clock
-from exporter.podresources import answer_bounds
-from exporter.podresources.allocations import PodResourcesSnapshot
-from exporter.podresources.answer_bounds import (
+from kube_gpu_exporter.exporter.clock import SYSTEM_CLOCK, Clock
+from kube_gpu_exporter.exporter.podresources import answer_bounds
+from kube_gpu_exporter.exporter.podresources.allocations import PodResourcesSnapshot
+from kube_gpu_exporter.exporter.podresources.answer_bounds import (
     MAX_CONTAINERS_PER_POD,
     MAX_DEVICE_ID_BYTES,
     MAX_FIELDS,
@@ -33,10 +33,10 @@ from exporter.podresources.answer_bounds import (
     AnswerTooLarge,
     check_answer,
 )
-from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
-from exporter.podresources.v1 import api_pb2
-from exporter.simulator.fake_kubelet import FakeKubelet
-from exporter.simulator.stepped_time import ManualClock
+from kube_gpu_exporter.exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
+from kube_gpu_exporter.exporter.podresources.v1 import api_pb2
+from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
+from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock
 from tests.support.clock_steps import parked, step_until
 
 T = TypeVar("T")

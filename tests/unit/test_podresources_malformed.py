@@ -19,12 +19,12 @@ import h2.connection
 import h2.events
 import pytest
 
-from exporter.attribution.context import AttributionContext
-from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
-from exporter.podresources.grpc_unary import MALFORMED, RpcError, UnaryChannel
-from exporter.podresources.v1 import api_pb2
-from exporter.simulator.stepped_time import ManualClock
-from exporter.snapshot import NodeSnapshot
+from kube_gpu_exporter.exporter.attribution.context import AttributionContext
+from kube_gpu_exporter.exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
+from kube_gpu_exporter.exporter.podresources.grpc_unary import MALFORMED, RpcError, UnaryChannel
+from kube_gpu_exporter.exporter.podresources.v1 import api_pb2
+from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock
+from kube_gpu_exporter.exporter.snapshot import NodeSnapshot
 from tests.conftest import render
 from tests.support.clock_steps import parked, step_until
 

@@ -11,18 +11,27 @@ from typing import Any, ClassVar
 
 import pytest
 
-from exporter.config import CollectionConfig
-from exporter.nvml.binding import NVMLError
-from exporter.nvml.error_tally import ErrorTally
-from exporter.nvml.guarded_calls import GuardedNvml
-from exporter.nvml.helper import LiveGpu, PeriodicHelper, PollerHelper
-from exporter.nvml.helper_registry import HelperFactory, HelperInputs, build_helpers
-from exporter.nvml.source import NvmlSource
-from exporter.nvml.xid_watcher import XidWatcher
-from exporter.poller import Poller
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.stepped_time import ManualClock, SteppedHelpers
-from exporter.snapshot import CollectorStatus, GpuSnapshot, ProcessOwner, ProfilingReadings
+from kube_gpu_exporter.exporter.config import CollectionConfig
+from kube_gpu_exporter.exporter.nvml.binding import NVMLError
+from kube_gpu_exporter.exporter.nvml.error_tally import ErrorTally
+from kube_gpu_exporter.exporter.nvml.guarded_calls import GuardedNvml
+from kube_gpu_exporter.exporter.nvml.helper import LiveGpu, PeriodicHelper, PollerHelper
+from kube_gpu_exporter.exporter.nvml.helper_registry import (
+    HelperFactory,
+    HelperInputs,
+    build_helpers,
+)
+from kube_gpu_exporter.exporter.nvml.source import NvmlSource
+from kube_gpu_exporter.exporter.nvml.xid_watcher import XidWatcher
+from kube_gpu_exporter.exporter.poller import Poller
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock, SteppedHelpers
+from kube_gpu_exporter.exporter.snapshot import (
+    CollectorStatus,
+    GpuSnapshot,
+    ProcessOwner,
+    ProfilingReadings,
+)
 from tests.conftest import FAST, fast_source, wait_for
 
 # GPM off: the toy helper fills the profiling fields, and nothing else should.

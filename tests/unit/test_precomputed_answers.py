@@ -7,12 +7,12 @@ import pynvml
 import pytest
 
 from benchmarks.precomputed_answers import CYCLE, precomputed_api
-from exporter.config import CollectionConfig, LabelConfig
-from exporter.nvml.source import NvmlSource
-from exporter.poller import Poller
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import default_fleet
-from exporter.simulator.stepped_time import SteppedHelpers
+from kube_gpu_exporter.exporter.config import CollectionConfig, LabelConfig
+from kube_gpu_exporter.exporter.nvml.source import NvmlSource
+from kube_gpu_exporter.exporter.poller import Poller
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import default_fleet
+from kube_gpu_exporter.exporter.simulator.stepped_time import SteppedHelpers
 from tests.conftest import quiet, render_body
 
 

@@ -24,24 +24,30 @@ import pynvml
 import pytest
 
 from benchmarks import process_accounting
-from exporter.background import PeriodicSampler
-from exporter.config import CollectionConfig
-from exporter.nvml.error_tally import ErrorTally
-from exporter.nvml.guarded_calls import GuardedNvml
-from exporter.nvml.helper import LiveGpu
-from exporter.nvml.helper_registry import HelperInputs, build_helpers
-from exporter.nvml.mig_reader import MigReader
-from exporter.nvml.process_sampler import ProcessSampler
-from exporter.poller import Poller
-from exporter.processes.host_pids import HostPidOwners
-from exporter.processes.owner import EXITED, HOST, OTHER_PID_NAMESPACE
-from exporter.simulator.fake_kubelet import FakeKubelet
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import default_fleet
-from exporter.simulator.host_tree import HostTree
-from exporter.simulator.processes import ProcessTable
-from exporter.simulator.stepped_time import ManualClock, SteppedHelpers
-from exporter.snapshot import GpuIdentity, GpuProcess, GpuSnapshot, NodeSnapshot, ProcessOwner
+from kube_gpu_exporter.exporter.background import PeriodicSampler
+from kube_gpu_exporter.exporter.config import CollectionConfig
+from kube_gpu_exporter.exporter.nvml.error_tally import ErrorTally
+from kube_gpu_exporter.exporter.nvml.guarded_calls import GuardedNvml
+from kube_gpu_exporter.exporter.nvml.helper import LiveGpu
+from kube_gpu_exporter.exporter.nvml.helper_registry import HelperInputs, build_helpers
+from kube_gpu_exporter.exporter.nvml.mig_reader import MigReader
+from kube_gpu_exporter.exporter.nvml.process_sampler import ProcessSampler
+from kube_gpu_exporter.exporter.poller import Poller
+from kube_gpu_exporter.exporter.processes.host_pids import HostPidOwners
+from kube_gpu_exporter.exporter.processes.owner import EXITED, HOST, OTHER_PID_NAMESPACE
+from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import default_fleet
+from kube_gpu_exporter.exporter.simulator.host_tree import HostTree
+from kube_gpu_exporter.exporter.simulator.processes import ProcessTable
+from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock, SteppedHelpers
+from kube_gpu_exporter.exporter.snapshot import (
+    GpuIdentity,
+    GpuProcess,
+    GpuSnapshot,
+    NodeSnapshot,
+    ProcessOwner,
+)
 from tests.conftest import FAST, fast_source, fleet_from_yaml, quiet, wait_for
 from tests.support.clock_steps import parked, step
 from tests.support.stepped_node import poller_on
@@ -519,7 +525,7 @@ def test_attribution_impossible_fails_the_round_with_one_log_line(sim, nvml, mak
     nvml.compute[sim.gpus[0].uuid] = [(101, GIB)]
     owners = FakeOwners({101: TRAINER}, problem="/proc is not the host's PID namespace")
     sampler = make_sampler(owners)
-    caplog.set_level(logging.INFO, logger="exporter.nvml.process_sampler")
+    caplog.set_level(logging.INFO, logger="kube_gpu_exporter.exporter.nvml.process_sampler")
     for _ in range(3):
         sampler.sample_once()
         assert not sampler.last_success
@@ -748,7 +754,7 @@ def test_a_fifo_skips_its_pid_and_the_round_reads_every_other(
 ) -> None:
     sim = node_sim
     table, tree = host_tree_node
-    caplog.set_level(logging.WARNING, logger="exporter.processes")
+    caplog.set_level(logging.WARNING, logger="kube_gpu_exporter.exporter.processes")
     victim = next(p for p in table.processes() if p.container is not None)
     fifo = tree.proc_root / str(victim.pid) / "stat"
     fifo.unlink()
@@ -822,7 +828,7 @@ def test_a_stuck_round_reads_failed_and_a_driver_reload_does_not_wait_for_it(
     )
     owners = StuckOwners()
     clock = ManualClock()
-    caplog.set_level(logging.WARNING, logger="exporter.background")
+    caplog.set_level(logging.WARNING, logger="kube_gpu_exporter.exporter.background")
     with poller_on(clock, sim, config, pid_owners=owners) as poller:
         try:
             # The sweep that finds the GPUs starts a round of each helper: its processes show.

@@ -3,11 +3,12 @@
 A number with a unit (`5s`, `53.4 MB`, `80.8x`, `nine minutes`, `300 tests`) in README.md must
 appear, with the same value and unit, in a committed result file (`benchmarks/results/`), a docs
 page that holds measured figures, or the code or configuration the README describes there: a flag's
-default in exporter/flags/table.py, the demo's timings in bundle/localstack/, the bundle's defaults
-in bundle/config.py. Each README section names the files it may quote; a section not named may quote
-any of them. So a figure edited in the README alone fails here, and a figure that goes stale is
-changed where it is measured or defined. Version numbers, ports and counts without a unit are not
-figures here; the few figures that are quoted but held nowhere are in ALLOWED, each with why.
+default in kube_gpu_exporter/exporter/flags/table.py, the demo's timings in
+kube_gpu_exporter/bundle/localstack/, the bundle's defaults in kube_gpu_exporter/bundle/config.py.
+Each README section names the files it may quote; a section not named may quote any of them. So a
+figure edited in the README alone fails here, and a figure that goes stale is changed where it is
+measured or defined. Version numbers, ports and counts without a unit are not figures here; the few
+figures that are quoted but held nowhere are in ALLOWED, each with why.
 
 Beside that: the flag tables quote the parser's defaults, image names and tags are the Dockerfile's
 and pyproject.toml's, every `make` target the README names exists, every relative link in the
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.flags.parser import build_parser
+from kube_gpu_exporter.exporter.flags.parser import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -38,22 +39,22 @@ DOCS = ROOT / "docs"
 # sections not listed may quote any file named here.
 RESULTS = ("benchmarks/results/*.md", "benchmarks/results/*.yaml")
 MEASURED_DOCS = ("docs/benchmarks.md", "docs/performance.md")
-CLI = ("exporter/flags/table.py", "exporter/flags/settings.py")
-DEMO = ("bundle/localstack/*.py",)
+CLI = ("kube_gpu_exporter/exporter/flags/table.py", "kube_gpu_exporter/exporter/flags/settings.py")
+DEMO = ("kube_gpu_exporter/bundle/localstack/*.py",)
 BUNDLE = (
-    "bundle/config.py",
-    "bundle/scrape_configs.py",
-    "bundle/dashboards/*.py",
-    "bundle/alerts/*.py",
+    "kube_gpu_exporter/bundle/config.py",
+    "kube_gpu_exporter/bundle/scrape_configs.py",
+    "kube_gpu_exporter/bundle/dashboards/*.py",
+    "kube_gpu_exporter/bundle/alerts/*.py",
 )
 DEPLOY = (
     "Dockerfile",
     "Makefile",
     "deploy/**/*.yaml",
     "deploy/image/*.py",
-    "bundle/config.py",
-    "bundle/deploy_manifests.py",
-    "exporter/connection_guard.py",
+    "kube_gpu_exporter/bundle/config.py",
+    "kube_gpu_exporter/bundle/deploy_manifests.py",
+    "kube_gpu_exporter/exporter/connection_guard.py",
 )
 SECTION_SOURCES: dict[str, tuple[str, ...]] = {
     "": ("Makefile", *RESULTS),  # the opening, before the first section
@@ -63,7 +64,7 @@ SECTION_SOURCES: dict[str, tuple[str, ...]] = {
     # Its values table is made from deploy/helm/kube-gpu-exporter/values.yaml (in DEPLOY's globs).
     "Install with Helm": DEPLOY,
     "Configure": CLI,
-    "Migrating from dcgm-exporter": ("exporter/dcgm_compat.py", *CLI, *BUNDLE),
+    "Migrating from dcgm-exporter": ("kube_gpu_exporter/exporter/dcgm_compat.py", *CLI, *BUNDLE),
     "Monitoring bundle": BUNDLE,
     "Development": ("Makefile", "pyproject.toml"),
 }

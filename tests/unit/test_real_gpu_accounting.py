@@ -21,9 +21,9 @@ from benchmarks.real_gpu.accounting import (
 )
 from benchmarks.real_gpu.independent import GpuProcesses, nvml_processes
 from benchmarks.real_gpu.usage import usage_between
-from exporter.simulator.fake_kubelet import FakeKubelet
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.processes import ProcessTable
+from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.processes import ProcessTable
 
 GPU_A, GPU_B = "00000000:00:06.0", "00000000:00:07.0"
 UUID_A, UUID_B = "GPU-a", "GPU-b"

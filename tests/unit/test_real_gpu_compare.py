@@ -16,11 +16,11 @@ from benchmarks.real_gpu import MIB, GpuFacts, bus_id_key
 from benchmarks.real_gpu.compare import MISSING, RULES, Check, compare
 from benchmarks.real_gpu.independent import nvml_facts
 from benchmarks.real_gpu.smi_xml import SmiXmlError, smi_facts
-from exporter.config import CollectionConfig
-from exporter.poller import Poller
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import default_fleet
-from exporter.simulator.stepped_time import SteppedHelpers
+from kube_gpu_exporter.exporter.config import CollectionConfig
+from kube_gpu_exporter.exporter.poller import Poller
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import default_fleet
+from kube_gpu_exporter.exporter.simulator.stepped_time import SteppedHelpers
 from tests.conftest import quiet, render
 
 # `nvidia-smi -q -x` of an idle NVIDIA H200 (driver 580.159.04), as captured.
@@ -283,7 +283,7 @@ def test_the_independent_reads_share_no_code_with_the_exporter() -> None:
         for alias in node.names
     }
     assert "pynvml" in imported
-    assert not {name for name in imported if name and name.split(".")[0] == "exporter"}
+    assert not {name for name in imported if name and name.split(".")[0] == "kube_gpu_exporter"}
 
 
 def test_nvml_facts_name_what_the_driver_refuses(frozen_sim: FakeNvml) -> None:

@@ -10,8 +10,8 @@ import pytest
 from benchmarks.real_gpu.costs import cost_header, cost_table, cost_yaml
 from benchmarks.real_gpu.latency import CallTiming, FieldTiming
 from benchmarks.real_gpu.report import RunReport, write_outputs
-from exporter import small_yaml
-from exporter.simulator import call_costs
+from kube_gpu_exporter.exporter import small_yaml
+from kube_gpu_exporter.exporter.simulator import call_costs
 
 RECORD = {
     "model_name": "NVIDIA H200",

@@ -52,11 +52,11 @@ from benchmarks.real_gpu.report import (
 )
 from benchmarks.real_gpu.run import UsageError, merge_checks, parse_args
 from benchmarks.real_gpu.usage import ProcessUsage
-from exporter.nvml import device_reader
-from exporter.nvml.device_reader import BATCHED_FIELDS, NVLINK_FIELDS
-from exporter.simulator import call_costs
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import default_fleet
+from kube_gpu_exporter.exporter.nvml import device_reader
+from kube_gpu_exporter.exporter.nvml.device_reader import BATCHED_FIELDS, NVLINK_FIELDS
+from kube_gpu_exporter.exporter.simulator import call_costs
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import default_fleet
 
 REPO = Path(__file__).resolve().parents[2]
 UUID_OR_SERIAL = re.compile(r"(GPU|MIG)-[0-9a-f]{8}-|serial", re.I)
@@ -155,7 +155,7 @@ def test_percentile_is_nearest_rank() -> None:
 
 def test_timed_calls_cover_every_call_of_the_sweep() -> None:
     """A function the device reader starts calling must be timed too."""
-    source = (REPO / "exporter" / "nvml" / "device_reader.py").read_text()
+    source = (REPO / "kube_gpu_exporter" / "exporter" / "nvml" / "device_reader.py").read_text()
     called = set(re.findall(r'"(nvml[A-Za-z0-9_]+)"', source))
     # The deprecated spelling is only tried where the newer one is missing from the driver.
     fallbacks = {"nvmlDeviceGetCurrentClocksThrottleReasons"}

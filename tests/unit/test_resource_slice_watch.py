@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from exporter.dra.slices import (
+from kube_gpu_exporter.exporter.dra.slices import (
     MAX_DEVICES_PER_SLICE,
     MAX_SLICES_PER_NODE,
     ParsedSlice,
@@ -24,10 +24,10 @@ from exporter.dra.slices import (
     offered_devices,
     parse_resource_slice,
 )
-from exporter.kubernetes import slice_watch
-from exporter.kubernetes.slice_watch import NO_DRA_RECHECK_SECONDS, SliceStore
-from exporter.kubernetes.watcher import KubernetesWatcher
-from exporter.simulator.stepped_time import ManualClock
+from kube_gpu_exporter.exporter.kubernetes import slice_watch
+from kube_gpu_exporter.exporter.kubernetes.slice_watch import NO_DRA_RECHECK_SECONDS, SliceStore
+from kube_gpu_exporter.exporter.kubernetes.watcher import KubernetesWatcher
+from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock
 from tests.conftest import wait_for
 from tests.support.clock_steps import at_least_parked, run_until, within_jitter
 from tests.support.fake_kube_api import SLICES, FakeKubeApi, as_v1beta1, slice_device
@@ -155,7 +155,7 @@ def test_v1beta1_is_used_when_v1_is_not_served(api, clock):
 
 def test_no_dra_api_means_unsynced_and_no_request_storm(api, clock, caplog):
     api.slice_versions = set()
-    caplog.set_level(logging.INFO, logger="exporter.kubernetes.slice_watch")
+    caplog.set_level(logging.INFO, logger="kube_gpu_exporter.exporter.kubernetes.slice_watch")
     with watching(api, clock) as watcher:
         # v1, v1beta2 and v1beta1 answer 404: the watch waits ten minutes before asking again.
         [wait] = at_least_parked(clock)
@@ -175,7 +175,7 @@ def test_no_dra_api_means_unsynced_and_no_request_storm(api, clock, caplog):
 
 def test_no_dra_api_is_asked_again_and_found_later(api, clock, caplog):
     api.slice_versions = set()
-    caplog.set_level(logging.INFO, logger="exporter.kubernetes.slice_watch")
+    caplog.set_level(logging.INFO, logger="kube_gpu_exporter.exporter.kubernetes.slice_watch")
     with watching(api, clock) as watcher:
         # Three rounds of v1, v1beta2 and v1beta1, the recheck apart.
         for round_ in range(1, 4):

@@ -12,14 +12,14 @@ from typing import Any
 import pynvml
 import pytest
 
-from exporter.fields.collectors_file import parse_collectors
-from exporter.fields.model import Cadence, FieldValue
-from exporter.fields.table import BY_ANY_NAME, BY_NAME
-from exporter.nvml.device_reader import DeviceReader
-from exporter.nvml.error_tally import ErrorTally
-from exporter.nvml.guarded_calls import GuardedNvml
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import default_fleet, parse_fleet
+from kube_gpu_exporter.exporter.fields.collectors_file import parse_collectors
+from kube_gpu_exporter.exporter.fields.model import Cadence, FieldValue
+from kube_gpu_exporter.exporter.fields.table import BY_ANY_NAME, BY_NAME
+from kube_gpu_exporter.exporter.nvml.device_reader import DeviceReader
+from kube_gpu_exporter.exporter.nvml.error_tally import ErrorTally
+from kube_gpu_exporter.exporter.nvml.guarded_calls import GuardedNvml
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import default_fleet, parse_fleet
 from tests.conftest import quiet
 from tests.support.rendered_node import RenderedNode
 

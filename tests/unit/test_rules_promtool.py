@@ -1,7 +1,7 @@
 """promtool on the generated rule files of every flavour: they load (`check rules`), their unit
 tests pass (`test rules`), and those unit tests cover every alert and recording rule. The default
 flavour's tests in alerts/tests/ are written by hand; another flavour's are translated from them
-(bundle/flavour_translate.py) into its own tests folder."""
+(kube_gpu_exporter/bundle/flavour_translate.py) into its own tests folder."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bundle.flavours import FLAVOURS, flavour_paths
+from kube_gpu_exporter.bundle.flavours import FLAVOURS, flavour_paths
 from tests.support.generated_bundle import generated
 
 ROOT = Path(__file__).resolve().parents[2]

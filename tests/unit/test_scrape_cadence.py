@@ -14,21 +14,21 @@ from typing import Any
 import pynvml
 import pytest
 
-from exporter.exposition.scrape_schedule import ScrapeSchedule
-from exporter.flags.settings import parse_config
-from exporter.nvml.device_reader import SLOW_FIELDS, DeviceReader
-from exporter.nvml.energy_estimate import EnergyEstimates
-from exporter.nvml.error_tally import ErrorTally
-from exporter.nvml.gpm_sampler import GpmSampler
-from exporter.nvml.guarded_calls import GuardedNvml
-from exporter.nvml.helper import LiveGpu
-from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
-from exporter.scrape_cadence import MAX_AGE_SECONDS, ScrapeCadence, helper_cadence
-from exporter.simulator.fake_kubelet import FakeKubelet
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import default_fleet
-from exporter.simulator.stepped_time import ManualClock
-from exporter.snapshot import GpuReadings
+from kube_gpu_exporter.exporter.exposition.scrape_schedule import ScrapeSchedule
+from kube_gpu_exporter.exporter.flags.settings import parse_config
+from kube_gpu_exporter.exporter.nvml.device_reader import SLOW_FIELDS, DeviceReader
+from kube_gpu_exporter.exporter.nvml.energy_estimate import EnergyEstimates
+from kube_gpu_exporter.exporter.nvml.error_tally import ErrorTally
+from kube_gpu_exporter.exporter.nvml.gpm_sampler import GpmSampler
+from kube_gpu_exporter.exporter.nvml.guarded_calls import GuardedNvml
+from kube_gpu_exporter.exporter.nvml.helper import LiveGpu
+from kube_gpu_exporter.exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
+from kube_gpu_exporter.exporter.scrape_cadence import MAX_AGE_SECONDS, ScrapeCadence, helper_cadence
+from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import default_fleet
+from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock
+from kube_gpu_exporter.exporter.snapshot import GpuReadings
 from tests.conftest import quiet, wait_for
 
 ENERGY = pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION

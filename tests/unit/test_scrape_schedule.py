@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from exporter.exposition.renderer import Renderer
-from exporter.exposition.scrape_schedule import MAX_SCRAPERS, ScrapeSchedule
-from exporter.exposition.store import ExpositionStore
+from kube_gpu_exporter.exporter.exposition.renderer import Renderer
+from kube_gpu_exporter.exporter.exposition.scrape_schedule import MAX_SCRAPERS, ScrapeSchedule
+from kube_gpu_exporter.exporter.exposition.store import ExpositionStore
 from tests.conftest import LABELS, joined_with
 from tests.unit.test_server import client_for, current
 
@@ -157,7 +157,7 @@ async def test_before_the_first_snapshot_metrics_and_readyz_answer_503():
 
 
 def test_escaped_label_sets_are_remembered_within_a_bound():
-    from exporter.exposition import renderer as renderer_module
+    from kube_gpu_exporter.exporter.exposition import renderer as renderer_module
 
     renderer = Renderer(LABELS)
     labels = (("pod", 'a"b'), ("namespace", "x\\y"))

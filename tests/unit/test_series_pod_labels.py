@@ -10,9 +10,9 @@ from types import MappingProxyType
 
 import pytest
 
-from exporter.attribution.context import AttributionContext
-from exporter.config import LabelConfig
-from exporter.kubernetes.pod_metadata import (
+from kube_gpu_exporter.exporter.attribution.context import AttributionContext
+from kube_gpu_exporter.exporter.config import LabelConfig
+from kube_gpu_exporter.exporter.kubernetes.pod_metadata import (
     EMPTY_VIEW,
     KubernetesView,
     LabelSelection,
@@ -20,10 +20,10 @@ from exporter.kubernetes.pod_metadata import (
     pod_metadata,
     series_labels,
 )
-from exporter.kubernetes.watcher import KubernetesWatcher
-from exporter.podresources.allocations import Allocation, PodResourcesSnapshot
-from exporter.podresources.device_ids import parse_device_id
-from exporter.snapshot import NodeSnapshot
+from kube_gpu_exporter.exporter.kubernetes.watcher import KubernetesWatcher
+from kube_gpu_exporter.exporter.podresources.allocations import Allocation, PodResourcesSnapshot
+from kube_gpu_exporter.exporter.podresources.device_ids import parse_device_id
+from kube_gpu_exporter.exporter.snapshot import NodeSnapshot
 from tests.conftest import LABELS, render, wait_for
 from tests.support.kubernetes import client_for
 

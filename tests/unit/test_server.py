@@ -12,15 +12,20 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter.app import thread_problem
-from exporter.config import WebConfig
-from exporter.errors import ConfigurationError
-from exporter.exposition.renderer import Renderer
-from exporter.exposition.store import Exposition, ExpositionStore
-from exporter.poller import Poller
-from exporter.server import accepts_gzip, bind_listeners, build_app, split_listen_address
-from exporter.simulator.stepped_time import ManualClock, SteppedHelpers
-from exporter.snapshot import NodeSnapshot
+from kube_gpu_exporter.exporter.app import thread_problem
+from kube_gpu_exporter.exporter.config import WebConfig
+from kube_gpu_exporter.exporter.errors import ConfigurationError
+from kube_gpu_exporter.exporter.exposition.renderer import Renderer
+from kube_gpu_exporter.exporter.exposition.store import Exposition, ExpositionStore
+from kube_gpu_exporter.exporter.poller import Poller
+from kube_gpu_exporter.exporter.server import (
+    accepts_gzip,
+    bind_listeners,
+    build_app,
+    split_listen_address,
+)
+from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock, SteppedHelpers
+from kube_gpu_exporter.exporter.snapshot import NodeSnapshot
 from tests.conftest import FAST, LABELS, fast_source, joined_with, store_for, wait_for
 from tests.support.exporter_process import free_port
 

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from exporter.app import attribution_sources, with_node_name
-from exporter.config import Config
-from exporter.flags.settings import parse_config
-from exporter.kubernetes.pod_metadata import KubernetesView
-from exporter.simulator.cluster_state import TEAM_LABEL, node_labels
-from exporter.simulator.fake_kubelet import FakeKubelet
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.node import simulated_node
-from exporter.simulator.processes import ProcessTable, pod_uid
+from kube_gpu_exporter.exporter.app import attribution_sources, with_node_name
+from kube_gpu_exporter.exporter.config import Config
+from kube_gpu_exporter.exporter.flags.settings import parse_config
+from kube_gpu_exporter.exporter.kubernetes.pod_metadata import KubernetesView
+from kube_gpu_exporter.exporter.simulator.cluster_state import TEAM_LABEL, node_labels
+from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.node import simulated_node
+from kube_gpu_exporter.exporter.simulator.processes import ProcessTable, pod_uid
 from tests.conftest import wait_for
 
 SYNC_DEADLINE_SECONDS = 10.0

@@ -13,24 +13,27 @@ import pynvml
 import pytest
 from kubernetes.client import V1beta1ResourceSlice, V1beta2ResourceSlice, V1ResourceSlice
 
-from exporter.dra.names import (
+from kube_gpu_exporter.exporter.dra.names import (
     NVIDIA_GPU_DRIVER,
     parse_dra_device_name,
     profile_slug,
 )
-from exporter.dra.slices import offered_devices, parse_resource_slice
-from exporter.podresources.allocations import PodResourcesSnapshot, from_responses
-from exporter.podresources.client import PodResourcesClient
-from exporter.podresources.v1 import api_pb2
-from exporter.simulator.fake_kubelet import COMPUTE_DOMAIN_DRIVER, FakeKubelet
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import (
+from kube_gpu_exporter.exporter.dra.slices import offered_devices, parse_resource_slice
+from kube_gpu_exporter.exporter.podresources.allocations import PodResourcesSnapshot, from_responses
+from kube_gpu_exporter.exporter.podresources.client import PodResourcesClient
+from kube_gpu_exporter.exporter.podresources.v1 import api_pb2
+from kube_gpu_exporter.exporter.simulator.fake_kubelet import COMPUTE_DOMAIN_DRIVER, FakeKubelet
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import (
     FleetError,
     builtin_fleets,
     default_fleet,
     resolve_fleet,
 )
-from exporter.simulator.resource_slices import MAX_DEVICES_PER_SLICE, resource_slices
+from kube_gpu_exporter.exporter.simulator.resource_slices import (
+    MAX_DEVICES_PER_SLICE,
+    resource_slices,
+)
 from tests.conftest import fleet_from_yaml
 
 DRA_NODE = "sim-dra-node-0"

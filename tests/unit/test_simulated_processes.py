@@ -14,9 +14,9 @@ from typing import Any
 import pynvml
 import pytest
 
-from exporter.simulator.fake_kubelet import FakeKubelet
-from exporter.simulator.fake_nvml import NO_INSTANCE, FakeNvml
-from exporter.simulator.fleet import (
+from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
+from kube_gpu_exporter.exporter.simulator.fake_nvml import NO_INSTANCE, FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import (
     CGROUP_LAYOUTS,
     FleetError,
     FleetSpec,
@@ -24,8 +24,8 @@ from exporter.simulator.fleet import (
     default_fleet,
     parse_fleet,
 )
-from exporter.simulator.host_tree import HostTree
-from exporter.simulator.processes import (
+from kube_gpu_exporter.exporter.simulator.host_tree import HostTree
+from kube_gpu_exporter.exporter.simulator.processes import (
     CLOCK_TICKS_PER_S,
     FIRST_PID,
     ProcessTable,
@@ -33,7 +33,7 @@ from exporter.simulator.processes import (
     apportion,
     ticks_at,
 )
-from exporter.simulator.sim_gpu import MIB
+from kube_gpu_exporter.exporter.simulator.sim_gpu import MIB
 from tests.conftest import fleet_from_yaml, quiet
 
 TIME_SLICED_GPU = 3  # the default node's GPU shared by three chat-api pods

@@ -1,5 +1,5 @@
 """The simulator's fault-injection API over real HTTP, in process: each action changes what NVML
-and the kubelet report. Against a running `python -m exporter --simulate`: see
+and the kubelet report. Against a running `python -m kube_gpu_exporter --simulate`: see
 tests/process/test_simulator_control.py."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter.config import WebConfig
-from exporter.podresources.client import PodResourcesClient
-from exporter.server import build_app
-from exporter.simulator.control import add_control_routes
-from exporter.simulator.fake_kubelet import FakeKubelet
-from exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.config import WebConfig
+from kube_gpu_exporter.exporter.podresources.client import PodResourcesClient
+from kube_gpu_exporter.exporter.server import build_app
+from kube_gpu_exporter.exporter.simulator.control import add_control_routes
+from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
 from tests.conftest import store_for, wait_for
 
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pynvml
 import pytest
 
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import default_fleet
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import default_fleet
 from tests.conftest import fleet_from_yaml, quiet, wait_for
 
 # (fleet key, NVML name, PCI device id, memory MiB, TDP mW) from docs/nvml.md, 'Device table'.
@@ -243,7 +243,7 @@ def test_mig_handle_helpers(sim):
 
 
 def test_invalid_mig_layouts_are_rejected():
-    from exporter.simulator.fleet import FleetError
+    from kube_gpu_exporter.exporter.simulator.fleet import FleetError
 
     with pytest.raises(FleetError, match=r"at most 1 x 4g\.40gb"):
         fleet_from_yaml(one_gpu("H100-80GB-HBM3", "mig: [4g.40gb, 4g.40gb]"))

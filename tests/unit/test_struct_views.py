@@ -8,7 +8,12 @@ import sys
 import pynvml
 import pytest
 
-from exporter.struct_views import LayoutMismatch, check_same_layout, plain_type, view
+from kube_gpu_exporter.exporter.struct_views import (
+    LayoutMismatch,
+    check_same_layout,
+    plain_type,
+    view,
+)
 
 
 def _offsets(ctype: type[ctypes.Structure]) -> list[tuple[str, int, int]]:

@@ -19,20 +19,20 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter.app import thread_problem
-from exporter.attribution.context import AttributionContext
-from exporter.background import BackgroundThread
-from exporter.config import WebConfig
-from exporter.nvml.gpm_sampler import GpmSampler
-from exporter.nvml.pcie_sampler import PcieSampler
-from exporter.nvml.xid_watcher import XidWatcher
-from exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
-from exporter.poller import Poller
-from exporter.server import build_app
-from exporter.simulator.fake_kubelet import FakeKubelet
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.stepped_time import ManualClock
-from exporter.snapshot import NodeSnapshot
+from kube_gpu_exporter.exporter.app import thread_problem
+from kube_gpu_exporter.exporter.attribution.context import AttributionContext
+from kube_gpu_exporter.exporter.background import BackgroundThread
+from kube_gpu_exporter.exporter.config import WebConfig
+from kube_gpu_exporter.exporter.nvml.gpm_sampler import GpmSampler
+from kube_gpu_exporter.exporter.nvml.pcie_sampler import PcieSampler
+from kube_gpu_exporter.exporter.nvml.xid_watcher import XidWatcher
+from kube_gpu_exporter.exporter.podresources.client import PodResourcesClient, PodResourcesWatcher
+from kube_gpu_exporter.exporter.poller import Poller
+from kube_gpu_exporter.exporter.server import build_app
+from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock
+from kube_gpu_exporter.exporter.snapshot import NodeSnapshot
 from tests.conftest import FAST, fast_source, store_for, wait_for
 from tests.support.clock_steps import at_least_parked, run_until, within_jitter
 from tests.support.fake_kube_api import FakeKubeApi
@@ -48,7 +48,9 @@ def crash_logs(caplog: pytest.LogCaptureFixture, thread_name: str) -> list[loggi
     return [
         r
         for r in caplog.records
-        if r.exc_info and r.name == "exporter.background" and thread_name in r.getMessage()
+        if r.exc_info
+        and r.name == "kube_gpu_exporter.exporter.background"
+        and thread_name in r.getMessage()
     ]
 
 
@@ -384,7 +386,7 @@ async def test_a_kubernetes_watch_that_keeps_crashing_fails_healthz(
 def test_the_node_watch_is_supervised_too(
     api: FakeKubeApi, clock: ManualClock, monkeypatch, caplog
 ):
-    from exporter.kubernetes import watcher as watcher_module
+    from kube_gpu_exporter.exporter.kubernetes import watcher as watcher_module
 
     watcher = make_watcher(api.host, clock=clock, watch_timeout_seconds=HELD_OPEN)
     node_watch = watcher._node_watch

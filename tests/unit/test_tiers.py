@@ -54,7 +54,7 @@ def test_the_exporter_package_starts_no_process():
     )
     found = [
         f"{path.relative_to(REPO)}: {match.group()}"
-        for path in sorted((REPO / "exporter").rglob("*.py"))
+        for path in sorted((REPO / "kube_gpu_exporter" / "exporter").rglob("*.py"))
         for match in [starters.search(path.read_text())]
         if match
     ]
@@ -93,8 +93,9 @@ def test_the_sleep_check_finds_what_it_should():
 
 
 def test_no_unit_test_sleeps_on_the_wall_clock():
-    """Unit tests drive timers in simulated time (exporter/simulator/stepped_time.py's
-    ManualClock); waiting for a condition with a deadline (conftest.wait_for) is no timer."""
+    """Unit tests drive timers in simulated time
+    (kube_gpu_exporter/exporter/simulator/stepped_time.py's ManualClock); waiting for a condition
+    with a deadline (conftest.wait_for) is no timer."""
     found = [
         f"{path.relative_to(REPO)}:{line}"
         for path in sorted((TESTS / "unit").rglob("*.py"))

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pynvml
 import pytest
 
-from exporter.simulator.fleet import FleetError
+from kube_gpu_exporter.exporter.simulator.fleet import FleetError
 from tests.conftest import FAST, fleet_from_yaml
 
 LICENSE = "DCGM_FI_DEV_VGPU_LICENSE_STATUS"

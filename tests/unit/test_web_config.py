@@ -16,11 +16,11 @@ import yaml
 from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 
-from exporter.config import WebConfig
-from exporter.errors import ConfigurationError
-from exporter.server import build_app
-from exporter.webconfig.basic_auth import BasicAuth
-from exporter.webconfig.parse import load_web_config
+from kube_gpu_exporter.exporter.config import WebConfig
+from kube_gpu_exporter.exporter.errors import ConfigurationError
+from kube_gpu_exporter.exporter.server import build_app
+from kube_gpu_exporter.exporter.webconfig.basic_auth import BasicAuth
+from kube_gpu_exporter.exporter.webconfig.parse import load_web_config
 from tests.conftest import store_for
 from tests.support.exporter_process import free_port
 from tests.support.tls_certs import Certificates, make_certificates

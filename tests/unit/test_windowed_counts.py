@@ -10,25 +10,34 @@ from dataclasses import replace
 
 import pytest
 
-from exporter.app import exposition_store
-from exporter.attribution.context import NO_CONTEXT
-from exporter.attribution.join import join
-from exporter.config import Config, WebConfig
-from exporter.exposition.renderer import Renderer
-from exporter.fields.flags import MAX_COUNT_WINDOW_MS
-from exporter.fields.selection import FieldSelection, ListedField
-from exporter.fields.table import BY_NAME
-from exporter.nvml import event_windows
-from exporter.nvml.clock_event_counts import ClockEventCounts
-from exporter.nvml.event_windows import MAX_RUNS, RUN_SLICES, EventWindow
-from exporter.nvml.helper_registry import HelperInputs
-from exporter.nvml.xid_watcher import MAX_DISTINCT_CODES, UNKNOWN_XID, XidBook, XidWatcher
-from exporter.poller import Poller
-from exporter.simulator.fake_nvml import FakeNvml
-from exporter.simulator.fleet import default_fleet
-from exporter.simulator.sim_gpu import GPU_IDLE, HW_THERMAL_SLOWDOWN, SW_THERMAL_SLOWDOWN
-from exporter.simulator.stepped_time import ManualClock, SteppedHelpers
-from exporter.snapshot import NodeSnapshot, XidRecord
+from kube_gpu_exporter.exporter.app import exposition_store
+from kube_gpu_exporter.exporter.attribution.context import NO_CONTEXT
+from kube_gpu_exporter.exporter.attribution.join import join
+from kube_gpu_exporter.exporter.config import Config, WebConfig
+from kube_gpu_exporter.exporter.exposition.renderer import Renderer
+from kube_gpu_exporter.exporter.fields.flags import MAX_COUNT_WINDOW_MS
+from kube_gpu_exporter.exporter.fields.selection import FieldSelection, ListedField
+from kube_gpu_exporter.exporter.fields.table import BY_NAME
+from kube_gpu_exporter.exporter.nvml import event_windows
+from kube_gpu_exporter.exporter.nvml.clock_event_counts import ClockEventCounts
+from kube_gpu_exporter.exporter.nvml.event_windows import MAX_RUNS, RUN_SLICES, EventWindow
+from kube_gpu_exporter.exporter.nvml.helper_registry import HelperInputs
+from kube_gpu_exporter.exporter.nvml.xid_watcher import (
+    MAX_DISTINCT_CODES,
+    UNKNOWN_XID,
+    XidBook,
+    XidWatcher,
+)
+from kube_gpu_exporter.exporter.poller import Poller
+from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
+from kube_gpu_exporter.exporter.simulator.fleet import default_fleet
+from kube_gpu_exporter.exporter.simulator.sim_gpu import (
+    GPU_IDLE,
+    HW_THERMAL_SLOWDOWN,
+    SW_THERMAL_SLOWDOWN,
+)
+from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock, SteppedHelpers
+from kube_gpu_exporter.exporter.snapshot import NodeSnapshot, XidRecord
 from tests.conftest import FAST, LABELS, fast_source, quiet, start_xid_watch, wait_for
 from tests.support.stepped_node import poller_on, start_xid_watch_on
 

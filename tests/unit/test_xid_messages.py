@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from exporter.dcgm_compat import PROFILES
-from exporter.xid_messages import UNKNOWN_XID_MESSAGE, XID_MESSAGES, xid_message
+from kube_gpu_exporter.exporter.dcgm_compat import PROFILES
+from kube_gpu_exporter.exporter.xid_messages import UNKNOWN_XID_MESSAGE, XID_MESSAGES, xid_message
 from tests.conftest import LABELS, render
 
 

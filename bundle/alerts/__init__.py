@@ -1,1 +1,0 @@
-"""Prometheus alerting and recording rules for kube-gpu-exporter, generated from bundle.config."""

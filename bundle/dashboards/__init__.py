@@ -1,1 +1,0 @@
-"""Grafana dashboards for kube-gpu-exporter, built with grafanalib from bundle.config."""

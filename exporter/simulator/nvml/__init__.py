@@ -1,2 +1,0 @@
-"""The simulated NVML's parts, one NVML area per module; `exporter.simulator.fake_nvml` composes
-them into FakeNvml, and `api.py` turns its calls into the object the poller is handed."""

@@ -1,0 +1,3 @@
+from kube_gpu_exporter.exporter.cli import main
+
+raise SystemExit(main())
