@@ -43,9 +43,10 @@ COPY kube_gpu_exporter ./kube_gpu_exporter
 COPY alerts ./alerts
 COPY deploy/helm ./deploy/helm
 # The wheel then goes in without resolving again. Then what the running exporter never uses
-# goes: the bundle generator (it needs grafanalib, which the image lacks), pip, setuptools and wheel, the dependencies' own test suites, and the kubernetes client's
-# asyncio twin, kubernetes.aio (66 MB, a third of the virtualenv): the exporter uses the
-# synchronous client, and nothing outside kubernetes.aio imports it. Bytecode is compiled once,
+# goes: the bundle generator (it needs grafanalib, which the image lacks), pip, setuptools and
+# wheel, the dependencies' own test suites, and the kubernetes client's asyncio twin,
+# kubernetes.aio (66 MB, a third of the virtualenv): the exporter uses the synchronous client,
+# and nothing outside kubernetes.aio imports it. Bytecode is compiled once,
 # here, because the root filesystem is read-only at run time; pip already compiled what it
 # installed, so compileall only fills gaps.
 RUN --mount=type=secret,id=ca-bundle,required=false \
