@@ -6,8 +6,10 @@ printed as one markdown report.
 The full run takes about 75 minutes on a 2-core machine: roughly half for the exporter side (four
 fleets x three exporters, each watched for a minute and driven by wrk), a quarter of an hour
 for the overhead runs (benchmarks/overhead.py: the call-cost calibration on a node shaped like the
-real H200 run, then both exporters at once at a 1 s and a 5 s poll, on live and on precomputed
-simulated NVML, then the profile of where the exporter's own time and memory go),
+real H200 run, then both exporters at once at a 1 s and a 5 s poll with an HA pair of Prometheus
+servers, on live and on precomputed simulated NVML, a burst of hand-made scrapes, the sweep's
+floor (benchmarks/sweep_floor.py), then the profile of where the exporter's own time and memory
+go),
 and the rest for the 1,000-node backfill and its queries. The exporter side ends with two
 in-process figures: a process accounting round, and the per-sweep cost of splitting each GPU's
 energy among its pods (benchmarks/pod_energy.py), then the peak memory of a 15.5 MiB pods LIST
@@ -37,6 +39,7 @@ from benchmarks import (
     process_accounting,
     prometheus_report,
     prometheus_side,
+    sweep_floor,
 )
 from benchmarks.cluster.synthetic import CLUSTER, NodeGroup, Scale
 
@@ -123,6 +126,22 @@ def main(argv: list[str] | None = None) -> int:
         ]
         rows = overhead.run(overhead_settings, progress)
         sections += ["### Overhead beside nvitop-exporter", "", overhead.render(rows), ""]
+        sections += [
+            "### A burst of hand-made scrapes",
+            "",
+            overhead.render_burst(overhead.burst(overhead_settings, progress=progress)),
+            "",
+        ]
+        progress("the sweep's floor")
+        sections += [
+            "### The sweep's floor: its NVML calls against the exporter's own work",
+            "",
+            sweep_floor.render(
+                sweep_floor.measure(fleet, 1.0, 0.5 if args.quick else 2.0)
+                for fleet in sweep_floor.DEFAULT_FLEETS
+            ),
+            "",
+        ]
         progress("overhead profile")
         seconds = 10.0 if args.quick else 30.0
         sections += [

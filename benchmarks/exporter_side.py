@@ -134,15 +134,25 @@ class BenchPrometheus:
     """A real Prometheus scraping the targets on these ports, as job "bench"."""
 
     def __init__(
-        self, target_ports: Sequence[int], workdir: Path, scrape_interval: str, scrape_timeout: str
+        self,
+        target_ports: Sequence[int],
+        workdir: Path,
+        scrape_interval: str,
+        scrape_timeout: str,
+        replica: str | None = None,
     ) -> None:
+        """`replica`: one server of an HA pair, told from the other by its external label
+        `prometheus_replica`, as kube-prometheus-stack's are (Prometheus also derives each
+        target's scrape offset from its external labels, so the pair scrapes at two offsets)."""
         from kube_gpu_exporter.bundle.localstack.processes import ChildProcess, find_binary
 
         self.port = free_port()
         config = workdir / "prometheus.yml"
         targets = ", ".join(f"'127.0.0.1:{port}'" for port in target_ports)
+        labels = "" if replica is None else f", external_labels: {{prometheus_replica: {replica}}}"
         config.write_text(
-            f"global: {{scrape_interval: {scrape_interval}, scrape_timeout: {scrape_timeout}}}\n"
+            f"global: {{scrape_interval: {scrape_interval}, scrape_timeout: {scrape_timeout}"
+            f"{labels}}}\n"
             "scrape_configs:\n"
             "- job_name: bench\n"
             f"  static_configs: [{{targets: [{targets}]}}]\n"
@@ -169,6 +179,14 @@ class BenchPrometheus:
 
     def __exit__(self, *exc: object) -> None:
         self.child.stop()
+
+    def scrape_times(self, target_port: int) -> list[float]:
+        """When this server scraped the target so far, Unix seconds, oldest first."""
+        from kube_gpu_exporter.bundle.localstack.prometheus_api import PrometheusAPI
+
+        api = PrometheusAPI(f"http://127.0.0.1:{self.port}")
+        series = api.query(f'up{{job="bench",instance="127.0.0.1:{target_port}"}}[1h]')
+        return sorted(float(t) for t, _ in series[0]["values"]) if series else []
 
     def scrape_seconds(self, target_port: int) -> tuple[float | None, int]:
         """Mean duration of the run's successful scrapes of one target (None if none), and how

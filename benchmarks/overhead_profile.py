@@ -265,7 +265,13 @@ def _scrape_until_gone(process: subprocess.Popen, port: int) -> None:
     """Scrapes every SCRAPE_INTERVAL_SECONDS from the first that succeeds until `process` ends."""
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/metrics",
-        headers={"Accept": _PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"},
+        # As Prometheus sends them; the timeout header marks it a periodic scraper, which
+        # is what the exporter learns its scrape schedule from (server.py).
+        headers={
+            "Accept": _PROMETHEUS_ACCEPT,
+            "Accept-Encoding": "gzip",
+            "X-Prometheus-Scrape-Timeout-Seconds": "10",
+        },
     )
     while process.poll() is None:
         try:

@@ -114,7 +114,9 @@ def attribution_sources(
             PodResourcesClient(config.attribution.socket_path),
             interval,
             config.attribution.extra_resources,
-            cadence=None if schedule is None else helper_cadence(interval, schedule.next_scrape_in),
+            cadence=None
+            if schedule is None
+            else helper_cadence(interval, schedule.paced_scrape_in),
         )
     kube = None
     if config.attribution.kubernetes_enabled:
@@ -245,7 +247,7 @@ def serve_node(
     pods, kube = attribution_sources(config, schedule, client_factory)
     store = exposition_store(config, pods, kube, schedule)
     poller = Poller(
-        config.collection, store.publish, backend.nvml, next_scrape_in=schedule.next_scrape_in
+        config.collection, store.publish, backend.nvml, next_scrape_in=schedule.paced_scrape_in
     )
     helpers = [h for h in (pods, kube) if h is not None]
     for helper in helpers:

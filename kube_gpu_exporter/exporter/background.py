@@ -222,6 +222,10 @@ class PeriodicSampler(BackgroundThread):
         self._overdue_logged: float | None = None
 
     @property
+    def interval_seconds(self) -> float:
+        return self._interval
+
+    @property
     def overdue_limit_seconds(self) -> float:
         return max(self.overdue_after_intervals * self._interval, self.overdue_floor_seconds)
 
@@ -284,7 +288,12 @@ class PeriodicSampler(BackgroundThread):
                 )
             self.rounds += 1
             self._progressed()
-            clock.wait(self._wake, self._interval - self.last_duration_seconds)
+            clock.wait(self._wake, self._next_round_in())
+
+    def _next_round_in(self) -> float:
+        """Seconds from the end of a round to the next: what is left of the interval, or longer
+        for a sampler that knows its next round would have nothing to do before then."""
+        return self._interval - self.last_duration_seconds
 
     def _on_crash(self) -> None:
         self.last_success = False

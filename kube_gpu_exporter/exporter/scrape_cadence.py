@@ -67,6 +67,25 @@ class ScrapeCadence:
             return age >= max(self._interval, IDLE_SECONDS)
         return wait <= self._lead
 
+    def idle_seconds(self, key: Hashable = None) -> float:
+        """How long the work for `key` cannot fall due, as things stand: a thread that does
+        nothing else sleeps this long rather than asking every tick (each wake-up costs CPU).
+        A scraper that turns up meanwhile is met at the next due time instead; MAX_AGE_SECONDS
+        still bounds the age."""
+        now = self._clock()
+        with self._lock:
+            last = self._done_at.get(key)
+        if last is None:
+            return 0.0
+        age = now - last
+        left_of_max_age = self._max_age - age
+        wait = self._next_scrape_in()
+        if wait is None:
+            until = max(self._interval, IDLE_SECONDS) - age
+        else:
+            until = max(self._interval - age, wait - self._lead)
+        return max(0.0, min(until, left_of_max_age))
+
     def done(self, key: Hashable = None) -> None:
         """The work for `key` was just done."""
         now = self._clock()

@@ -31,6 +31,21 @@ log = logging.getLogger(__name__)
 
 _PLAIN_HEADERS = {"Content-Type": CONTENT_TYPE, "Vary": "Accept-Encoding"}
 _GZIP_HEADERS = {**_PLAIN_HEADERS, "Content-Encoding": "gzip"}
+# Sent by a scraper that scrapes on a period: Prometheus (scrape/scrape.go), and the agents built
+# on its scrape code or compatible with it (Grafana Alloy, the OpenTelemetry Collector's
+# Prometheus receiver, vmagent). Only such requests teach the scrape schedule; a one-off request
+# (curl, a browser) is served from the latest sweep without changing when costly work is done.
+PERIODIC_SCRAPER_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
+
+
+def _connection_of(request: web.Request) -> str | None:
+    """The client's end of the request's connection, "address port", or None (a unix socket)."""
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]} {peer[1]}"
+    return None
+
+
 STORE_KEY: web.AppKey[ExpositionStore] = web.AppKey("store", ExpositionStore)
 GUARD_KEY: web.AppKey[ConnectionGuard] = web.AppKey("connection_guard", ConnectionGuard)
 # (path, what it is) for the index page, beyond metrics and health: routes added after build_app,
@@ -82,7 +97,8 @@ class Handlers:
         if store.latest is None:
             # Not counted as a scrape: a client retrying this quickly has no period to learn.
             return web.Response(status=503, text="no NVML snapshot collected yet\n")
-        store.schedule.scraped(request.remote or "")
+        if PERIODIC_SCRAPER_HEADER in request.headers:
+            store.schedule.scraped(request.remote or "", _connection_of(request))
         exposition = store.current
         if not store.rendered:
             # A snapshot nobody was expected to read: render it off the event loop, once.

@@ -29,11 +29,23 @@ def test_both_exporters_are_measured_side_by_side_on_both_kinds_of_answers():
         assert row.cpu_ms_per_sweep == pytest.approx(row.cpu_seconds_per_hour / 7.2)
         assert 15e6 < row.steady_rss_bytes < 500e6, row
         assert row.prometheus_scrape_seconds is not None, f"{row}: every scrape failed"
+        # An HA pair: the second server's first scrape came within the first's interval.
+        assert row.pair_gap_seconds is not None and 0 <= row.pair_gap_seconds < 1.0, row
     assert next(r for r in rows if r.participant == "ours").threads > 2
     report = overhead.render(rows)
     assert report.count("| 0.5 s |") == 6
     assert "the simulator's share" in report and "0.5 s poll, targets: CPU" in report
     assert "0.5 s poll, in nvitop-exporter's scope" in report
+    assert "an HA pair of real Prometheus servers" in report
+
+
+@pytest.mark.timeout(300)
+def test_a_burst_of_hand_made_scrapes_is_set_beside_an_untouched_twin():
+    result = overhead.burst(replace(TINY, warmup_seconds=3.0), poll=0.5, progress=lambda _: None)
+    assert result.before_ratio > 0 and result.after_ratio > 0
+    assert result.change == pytest.approx(result.after_ratio / result.before_ratio - 1)
+    report = overhead.render_burst(result)
+    assert report.startswith("- Ten plain GETs a second apart") and "0.5 s poll" in report
 
 
 @pytest.mark.timeout(300)

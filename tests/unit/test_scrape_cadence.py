@@ -99,6 +99,22 @@ def test_a_forgotten_gpu_is_read_at_once() -> None:
     assert slow.due("GPU-b")
 
 
+def test_a_thread_timed_to_scrapes_sleeps_until_its_work_is_due() -> None:
+    clock = Clock()
+    scrape: list[float | None] = [None]
+    cadence = ScrapeCadence(5.0, 2.0, lambda: scrape[0], clock)
+    assert cadence.idle_seconds() == 0.0  # never done: at once
+    cadence.done()
+    assert cadence.idle_seconds() == 10.0  # nobody scrapes: IDLE_SECONDS
+    scrape[0] = 12.0
+    assert cadence.idle_seconds() == 10.0  # the lead before the scrape
+    scrape[0] = 3.0
+    assert cadence.idle_seconds() == 5.0  # the interval first
+    clock.now += 4.0
+    scrape[0] = 200.0
+    assert cadence.idle_seconds() == MAX_AGE_SECONDS - 4.0  # never older than the cap
+
+
 def test_work_on_its_own_thread_comes_two_ticks_ahead_and_at_most_every_two() -> None:
     """A helper ticking every second alongside the sweep: done with 1-2 s left before the scrape,
     so a sweep in between carries it, and not again on the next tick."""
@@ -345,8 +361,12 @@ def test_gpm_samples_only_when_its_cadence_says(sim: FakeNvml) -> None:
 def test_pod_resources_are_listed_just_before_scrapes(sim: FakeNvml, tmp_path: Path) -> None:
     kubelet = FakeKubelet(sim, tmp_path / "kubelet.sock").start()
     clock = ManualClock()
-    scrape: list[float | None] = [30.0]  # a scraper learnt, due in 30 s
-    cadence = ScrapeCadence(0.1, 0.1, lambda: scrape[0], clock.monotonic)
+    due_at = clock.monotonic() + 1.0  # a scraper learnt, due in a second
+
+    def scrape_in() -> float:
+        return max(0.0, due_at - clock.monotonic())
+
+    cadence = ScrapeCadence(0.1, 0.1, scrape_in, clock.monotonic)
     watcher = PodResourcesWatcher(
         PodResourcesClient(str(kubelet.socket_path), timeout_seconds=5),
         0.05,
@@ -365,11 +385,15 @@ def test_pod_resources_are_listed_just_before_scrapes(sim: FakeNvml, tmp_path: P
         clock.wait_for_waiters(1)  # the first round is over
         assert watcher.latest is not None  # the first List at once
         first = kubelet.calls["List"]
-        for _ in range(10):
+        # Asleep until the List is due, not a tick at a time: one wait, to the lead before the
+        # scrape.
+        (left,) = clock.waiting()
+        assert left == pytest.approx(0.9, abs=0.02)
+        for _ in range(16):
             tick()
         assert kubelet.calls["List"] == first
-        scrape[0] = 0.05
-        tick()
+        for _ in range(3):
+            tick()
         assert kubelet.calls["List"] == first + 1
     finally:
         watcher.stop()

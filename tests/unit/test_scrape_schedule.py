@@ -5,8 +5,13 @@ from __future__ import annotations
 import asyncio
 
 from kube_gpu_exporter.exporter.exposition.renderer import Renderer
-from kube_gpu_exporter.exporter.exposition.scrape_schedule import MAX_SCRAPERS, ScrapeSchedule
+from kube_gpu_exporter.exporter.exposition.scrape_schedule import (
+    MAX_SCRAPERS,
+    UNLEARNT_FORGET_SECONDS,
+    ScrapeSchedule,
+)
 from kube_gpu_exporter.exporter.exposition.store import ExpositionStore
+from kube_gpu_exporter.exporter.server import PERIODIC_SCRAPER_HEADER
 from tests.conftest import LABELS, joined_with
 from tests.unit.test_server import client_for, current
 
@@ -80,13 +85,96 @@ def test_the_earliest_of_several_scrapers_decides():
 def test_a_scraper_that_stopped_is_forgotten():
     clock = Clock()
     schedule = learnt(clock, 15.0)
-    clock.now += 44.0
+    clock.now += 29.0
     assert schedule.due_within(1.5)  # overdue: it may come any moment
     clock.now += 2.0
-    assert not schedule.due_within(1.5)  # three periods without it: gone
+    assert not schedule.due_within(1.5)  # two periods without it: gone
     schedule.scraped("10.0.0.9")
     assert schedule.due_within(1.5)
-    assert list(schedule._scrapers) == ["10.0.0.9"]
+    assert list(schedule._addresses.scrapers) == ["10.0.0.9"]
+
+
+def test_a_burst_that_stops_is_forgotten_within_two_of_its_gaps():
+    clock = Clock()
+    schedule = learnt(clock, 1.0, times=10)
+    assert schedule.next_scrape_in() == 1.0
+    clock.now += 2.1
+    assert schedule.next_scrape_in() is None
+
+
+def test_a_scraper_seen_once_is_kept_until_a_slow_one_would_be_back():
+    clock = Clock()
+    schedule = ScrapeSchedule(clock)
+    schedule.scraped("10.0.0.1", "10.0.0.1 40000")
+    clock.now += 120.0
+    assert schedule.next_scrape_in() == 0.0  # not learnt yet: any time
+    schedule.scraped("10.0.0.1", "10.0.0.1 40000")
+    clock.now += 1.0
+    assert schedule.next_scrape_in() == 119.0
+    assert schedule.paced_scrape_in() == 119.0
+    clock.now += UNLEARNT_FORGET_SECONDS + 200.0
+    assert schedule.next_scrape_in() is None
+
+
+def ha_pair(clock: Clock, period: float = 15.0, rounds: int = 3) -> ScrapeSchedule:
+    """Two scrape loops behind one address, half a period apart, each on its own connection."""
+    schedule = ScrapeSchedule(clock)
+    for _ in range(rounds):
+        schedule.scraped("10.0.0.1", "10.0.0.1 40001")
+        clock.now += period / 2
+        schedule.scraped("10.0.0.1", "10.0.0.1 40002")
+        clock.now += period / 2
+    return schedule
+
+
+def test_an_ha_pair_renders_for_each_server_and_paces_work_to_one():
+    clock = Clock()
+    schedule = ha_pair(clock)
+    # Now the first server is due; the second is 7.5 s after it.
+    assert schedule.next_scrape_in() == 0.0
+    assert schedule.paced_scrape_in() == 0.0
+    schedule.scraped("10.0.0.1", "10.0.0.1 40001")
+    clock.now += 1.0
+    assert schedule.next_scrape_in() == 6.5  # the second server: rendered for
+    assert schedule.paced_scrape_in() == 14.0  # the first server paces the costly work
+    clock.now += 6.5
+    schedule.scraped("10.0.0.1", "10.0.0.1 40002")
+    assert schedule.paced_scrape_in() == 7.5
+
+
+def test_when_the_pacer_stops_the_other_server_takes_over():
+    clock = Clock()
+    schedule = ha_pair(clock)
+    for _ in range(3):  # only the second server from now on
+        clock.now += 7.5
+        schedule.scraped("10.0.0.1", "10.0.0.1 40002")
+        clock.now += 7.5
+    clock.now += 1.0
+    assert schedule.paced_scrape_in() == 6.5
+
+
+def test_the_fastest_scraper_paces_the_work():
+    clock = Clock()
+    schedule = ScrapeSchedule(clock)
+    start = clock.now
+    visits = [(t, "10.0.0.1 1") for t in (0, 60, 120)] + [
+        (t, "10.0.0.2 1") for t in (10, 25, 40, 55)
+    ]
+    for at, connection in sorted(visits):
+        clock.now = start + at
+        schedule.scraped(connection.split()[0], connection)
+    clock.now = start + 56
+    assert schedule.paced_scrape_in() == 14.0
+
+
+def test_without_kept_connections_work_follows_the_addresses():
+    clock = Clock()
+    schedule = ScrapeSchedule(clock)
+    for port in range(3):  # a new connection every scrape: no connection has a period
+        schedule.scraped("10.0.0.1", f"10.0.0.1 {50000 + port}")
+        clock.now += 15.0
+    clock.now -= 14.0
+    assert schedule.paced_scrape_in() == schedule.next_scrape_in() == 14.0
 
 
 def test_too_many_addresses_render_every_snapshot():
@@ -151,7 +239,7 @@ async def test_before_the_first_snapshot_metrics_and_readyz_answer_503():
         assert await response.text() == "no NVML snapshot collected yet\n"
         assert (await client.get("/readyz")).status == 503
         # Not scrapes to learn from: a client retrying every 0.2 s has no period.
-        assert not store.schedule._scrapers
+        assert not store.schedule._addresses.scrapers
     finally:
         await client.close()
 
@@ -167,3 +255,24 @@ def test_escaped_label_sets_are_remembered_within_a_bound():
     for i in range(renderer_module._REMEMBERED_LABEL_SETS + 10):
         renderer._label_body((("pod", f"p{i}"),))
     assert len(renderer._bodies) <= renderer_module._REMEMBERED_LABEL_SETS
+
+
+async def test_only_requests_naming_a_scrape_timeout_teach_the_schedule(sim, make_poller):
+    store = ExpositionStore(Renderer(LABELS), joined_with(), interval_seconds=1.0)
+    poller = make_poller(sim)
+    client = await client_for(store)
+    try:
+        store.publish(await asyncio.to_thread(poller.sweep))
+        for _ in range(3):  # curl by hand: served, not learnt
+            assert (await client.get("/metrics")).status == 200
+        assert not store.schedule._addresses.scrapers
+        assert store.schedule.next_scrape_in() is None
+        for _ in range(2):  # Prometheus, over one kept-alive connection
+            response = await client.get("/metrics", headers={PERIODIC_SCRAPER_HEADER: "10"})
+            assert response.status == 200
+        assert list(store.schedule._addresses.scrapers) == ["127.0.0.1"]
+        (connection,) = store.schedule._connections.scrapers
+        assert connection.startswith("127.0.0.1 ")
+        assert store.schedule._connections.scrapers[connection].period() is not None
+    finally:
+        await client.close()

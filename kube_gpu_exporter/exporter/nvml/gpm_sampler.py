@@ -193,6 +193,11 @@ class GpmSampler(PeriodicHelper):
 
     # One round
 
+    def _next_round_in(self) -> float:
+        # Timed to scrapes, the thread sleeps until the next sample is due, not a tick at a time.
+        tick = self._interval - self.last_duration_seconds
+        return tick if self._cadence is None else max(tick, self._cadence.idle_seconds())
+
     def sample_once(self) -> None:
         if self._cadence is not None:
             if not self._cadence.due():

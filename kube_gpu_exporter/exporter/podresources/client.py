@@ -166,18 +166,24 @@ class PodResourcesWatcher(BackgroundThread):
         while not self._stop.is_set():
             started = clock.monotonic()
             if self._cadence is not None and not self._cadence.due():
-                delay = self._interval
+                delay = self._idle_delay()
             elif self.refresh():
                 backoff.succeeded()
-                delay = self._interval
                 if self._cadence is not None:
                     self._cadence.done()
+                delay = self._idle_delay()
             else:
                 delay = backoff.failed()
             # A failed call is an outcome the loop handles; only an exception ends a round.
             self._progressed()
             clock.wait(self._stop, delay - (clock.monotonic() - started))
         self._client.reset()
+
+    def _idle_delay(self) -> float:
+        # Timed to scrapes, the next List waits for the next one due; else every interval.
+        if self._cadence is None:
+            return self._interval
+        return max(self._interval, self._cadence.idle_seconds())
 
     def _on_crash(self) -> None:
         # Whatever the connection was in the middle of is not worth untangling.
