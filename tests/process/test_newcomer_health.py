@@ -145,8 +145,9 @@ def test_an_unloaded_driver_makes_the_simulated_node_not_ready_until_it_loads(ex
     node.post("/-/simulator/driver/load")
     # nvmlInit is retried with backoff (1, 2, 4 s ...): ready again within a few of them.
     assert node.until("driver back", "/readyz", lambda s, b: s == 200, 30) == "ready\n"
+    # The readiness log looks every 5 s (readiness.py).
     assert wait_for(
-        lambda: node.logged("kube_gpu_exporter.exporter.readiness", "ready after"), timeout=5
+        lambda: node.logged("kube_gpu_exporter.exporter.readiness", "ready after"), timeout=12
     )
 
 
