@@ -129,9 +129,7 @@ class _HelpersOnTheirIntervals:
 def _real_cost(name: str, args: tuple[Any, ...]) -> float:
     from kube_gpu_exporter.exporter.simulator.call_costs import MEASURED
 
-    if name == "nvmlDeviceGetFieldValues" and len(args) > 1:
-        return MEASURED.fields(args[1]).cpu_us
-    return MEASURED.call(name).cpu_us
+    return MEASURED.of_call(name, args).cpu_us
 
 
 def measure(fleet: str, poll_seconds: float, minutes: float) -> Floor:

@@ -86,6 +86,11 @@ class ScrapeCadence:
             until = max(self._interval - age, wait - self._lead)
         return max(0.0, min(until, left_of_max_age))
 
+    def sleep_seconds(self, tick_seconds: float, key: Hashable = None) -> float:
+        """How long a thread ticking every `tick_seconds` for this work may sleep: a tick, or
+        until the work is next due when that is later."""
+        return max(tick_seconds, self.idle_seconds(key))
+
     def done(self, key: Hashable = None) -> None:
         """The work for `key` was just done."""
         now = self._clock()

@@ -29,14 +29,16 @@ def test_both_exporters_are_measured_side_by_side_on_both_kinds_of_answers():
         assert row.cpu_ms_per_sweep == pytest.approx(row.cpu_seconds_per_hour / 7.2)
         assert 15e6 < row.steady_rss_bytes < 500e6, row
         assert row.prometheus_scrape_seconds is not None, f"{row}: every scrape failed"
-        # An HA pair: the second server's first scrape came within the first's interval.
-        assert row.pair_gap_seconds is not None and 0 <= row.pair_gap_seconds < 1.0, row
+        assert row.pair_gap_seconds is not None, f"{row}: not scraped by an HA pair"
     assert next(r for r in rows if r.participant == "ours").threads > 2
     report = overhead.render(rows)
     assert report.count("| 0.5 s |") == 6
     assert "the simulator's share" in report and "0.5 s poll, targets: CPU" in report
     assert "0.5 s poll, in nvitop-exporter's scope" in report
-    assert "an HA pair of real Prometheus servers" in report
+    # The report says how far apart the pair scraped, as measured.
+    scraped = report.split("\n")[0]
+    assert "an HA pair of real Prometheus servers" in scraped
+    assert all(f"{r.pair_gap_seconds:.1f}" in scraped for r in rows), scraped
 
 
 @pytest.mark.timeout(300)

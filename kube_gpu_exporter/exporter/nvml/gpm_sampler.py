@@ -196,7 +196,7 @@ class GpmSampler(PeriodicHelper):
     def _next_round_in(self) -> float:
         # Timed to scrapes, the thread sleeps until the next sample is due, not a tick at a time.
         tick = self._interval - self.last_duration_seconds
-        return tick if self._cadence is None else max(tick, self._cadence.idle_seconds())
+        return tick if self._cadence is None else self._cadence.sleep_seconds(tick)
 
     def sample_once(self) -> None:
         if self._cadence is not None:

@@ -183,7 +183,7 @@ class PodResourcesWatcher(BackgroundThread):
         # Timed to scrapes, the next List waits for the next one due; else every interval.
         if self._cadence is None:
             return self._interval
-        return max(self._interval, self._cadence.idle_seconds())
+        return self._cadence.sleep_seconds(self._interval)
 
     def _on_crash(self) -> None:
         # Whatever the connection was in the middle of is not worth untangling.

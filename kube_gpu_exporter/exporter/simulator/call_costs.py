@@ -126,6 +126,12 @@ class CostModel:
                 self._batches[key] = found
         return found
 
+    def of_call(self, name: str, args: Sequence[Any]) -> Cost:
+        """One call of `name` with these arguments: a field-values call by its fields."""
+        if name == "nvmlDeviceGetFieldValues" and len(args) > 1:
+            return self.fields(args[1])
+        return self.call(name)
+
     def describe(self) -> str:
         return f"{self.model_name}, driver {self.driver_version}, {self.source} ({self.captured})"
 

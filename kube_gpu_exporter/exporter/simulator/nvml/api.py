@@ -68,11 +68,9 @@ def _charged(sim: NvmlCore, name: str, call: Callable) -> Callable:
     if sim.fleet.call_costs != "measured":
         return call
     if name == "nvmlDeviceGetFieldValues":
-        fields = MEASURED.fields
 
         def charged_fields(*args: Any, **kwargs: Any) -> Any:
-            if len(args) > 1:
-                charge(fields(args[1]))
+            charge(MEASURED.of_call(name, args))
             return call(*args, **kwargs)
 
         return functools.update_wrapper(charged_fields, call)
