@@ -103,8 +103,7 @@ class _CallClock:
 
 class _HelpersOnTheirIntervals:
     """The poller's helpers on the caller's thread, each round when its interval has passed on
-    the stepped clock, as their threads would run them; the XID watcher, whose round is a wait
-    for events, is left out (the sweep never waits on it)."""
+    the stepped clock, as their threads would run them; the XID drain is the sweep's own."""
 
     def __init__(self, clock: Any) -> None:
         self._clock = clock
@@ -112,7 +111,7 @@ class _HelpersOnTheirIntervals:
         self._last: dict[int, float] = {}
 
     def attach(self, helpers: Any) -> None:
-        self._helpers = tuple(h for h in helpers if not h.needs_thread)
+        self._helpers = tuple(h for h in helpers if not h.on_sweep)
 
     def start(self) -> None:
         """Nothing runs on a thread of its own."""

@@ -23,7 +23,6 @@ from kube_gpu_exporter.exporter.exposition.store import (
     ExpositionStore,
     build_exposition,
 )
-from kube_gpu_exporter.exporter.nvml.source import NvmlSource
 from kube_gpu_exporter.exporter.poller import Poller
 from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
 from kube_gpu_exporter.exporter.simulator.fleet import FleetSpec, default_fleet, parse_fleet
@@ -47,12 +46,6 @@ FAST = CollectionConfig(
     energy_read_interval_seconds=0.0,
 )
 LABELS = LabelConfig(node_name="node-a")
-
-
-def fast_source(sim: FakeNvml) -> NvmlSource:
-    """`sim` as the tests hand it to a poller: tests reload the driver dozens of times, and a 1 s
-    wait per reload, or per stop of an XID watcher, would dominate them."""
-    return sim.source(xid_reregister_delay_seconds=0.05, xid_event_wait_ms=100)
 
 
 def fleet_from_yaml(text: str) -> FleetSpec:
@@ -107,7 +100,7 @@ def make_poller() -> Iterator[Callable[..., Poller]]:
         config: CollectionConfig = FAST,
         publish: Callable[[NodeSnapshot], None] | None = None,
     ) -> Poller:
-        poller = Poller(config, publish or (lambda s: None), fast_source(sim), workers=8)
+        poller = Poller(config, publish or (lambda s: None), sim.source(), workers=8)
         pollers.append(poller)
         return poller
 
@@ -196,9 +189,9 @@ def threads(pid: int | str = "self") -> int:
 
 
 def start_xid_watch(sim: FakeNvml, poller: Poller) -> None:
-    """Sweep once (which starts the XID watcher) and wait until it listens on every GPU."""
+    """Sweep once, at whose end the XID watcher registers for every GPU the sweep found."""
     poller.sweep()
-    assert wait_for(lambda: sim.registered_gpus() == set(range(len(sim.gpus))))
+    assert sim.registered_gpus() == set(range(len(sim.gpus)))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

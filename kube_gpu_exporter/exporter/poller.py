@@ -293,6 +293,11 @@ class Poller(BackgroundThread):
                 what = "went away" if isinstance(exc, _NVML_GONE) else "failed"
                 self._nvml_down = f"nvmlDeviceGetCount {what} ({error_name(exc)})"
             else:
+                # Helpers whose round belongs to the sweep (the XID drain) run first, so that
+                # what they took is in this sweep's snapshot.
+                for helper in self._helpers:
+                    if helper.on_sweep:
+                        helper.run_once()
                 gpus = self._read_devices(count, started)
                 self._forget_vanished(gpus)
                 self._track_helpers(gpus)

@@ -16,7 +16,7 @@ from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
 from kube_gpu_exporter.exporter.simulator.fleet import FleetSpec, default_fleet
 from kube_gpu_exporter.exporter.simulator.stepped_time import SteppedHelpers
 from kube_gpu_exporter.exporter.snapshot import NodeSnapshot
-from tests.conftest import fast_source, quiet
+from tests.conftest import quiet
 
 # Apart enough that every cadence group is due at each step (GPM and the NVLink rate need two
 # reads; a listed family is judged unserved two minutes after the first render).
@@ -39,7 +39,7 @@ class RenderedNode:
         collection = replace(
             self.config.collection, pcie_enabled=False, slow_fields_interval_seconds=0.0
         )
-        self.poller = Poller(collection, lambda s: None, fast_source(self.sim), runner=self.stepped)
+        self.poller = Poller(collection, lambda s: None, self.sim.source(), runner=self.stepped)
         self.renderer = renderer_for(self.config, clock=lambda: self.clock[0])
 
     def _render(self, snapshot: NodeSnapshot) -> str:

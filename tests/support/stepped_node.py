@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from kube_gpu_exporter.exporter.app import attribution_sources, exposition_store, with_node_name
@@ -28,7 +28,7 @@ from kube_gpu_exporter.exporter.simulator.fleet import default_fleet
 from kube_gpu_exporter.exporter.simulator.node import simulated_node
 from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock, SteppedHelpers
 from kube_gpu_exporter.exporter.snapshot import NodeSnapshot
-from tests.conftest import FAST, fast_source, quiet, wait_for
+from tests.conftest import FAST, quiet, wait_for
 
 # name{labels} value; a full parser costs seconds a simulated minute.
 _LINE = re.compile(r"(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)\{(?P<labels>[^}]*)\} (?P<value>\S+)")
@@ -88,9 +88,7 @@ def stepped_default_node(*flags: str) -> Iterator[SteppedNode]:
         poller = Poller(
             config.collection,
             store.publish,
-            # Stopping the poller waits out the XID watcher's event wait in progress: 1 s of
-            # real time per node at the production length.
-            replace(node.backend.nvml, xid_event_wait_ms=50),
+            node.backend.nvml,
             runner=helpers,
             clock=clock,
         )
@@ -115,7 +113,7 @@ def poller_on(
     """A poller over `sim` as conftest's make_poller makes one, whose sweeps, backoffs and helper
     rounds wait on `clock`; stopped on the way out."""
     poller = Poller(
-        config, publish or (lambda s: None), fast_source(sim), workers=8, clock=clock, **kwargs
+        config, publish or (lambda s: None), sim.source(), workers=8, clock=clock, **kwargs
     )
     try:
         yield poller
@@ -124,20 +122,7 @@ def poller_on(
 
 
 def start_xid_watch_on(clock: ManualClock, sim: FakeNvml, poller: Poller) -> None:
-    """conftest's start_xid_watch for a poller on `clock`: sweep once, which starts the XID
-    watcher, and wait until it listens on every GPU. A watcher that looked for GPUs before the
-    sweep named them waits out its re-register delay (on `clock`) first: it is moved past."""
-    delay = fast_source(sim).xid_reregister_delay_seconds
-    everything = set(range(len(sim.gpus)))
+    """conftest's start_xid_watch for a poller on `clock`: one sweep, at whose end the XID
+    watcher registers for every GPU it found."""
     poller.sweep()
-
-    def registered() -> bool:
-        return sim.registered_gpus() == everything
-
-    def retrying() -> bool:
-        return any(abs(left - delay) < 1e-9 for left in clock.waiting())
-
-    assert wait_for(lambda: registered() or retrying())
-    if not registered():
-        clock.advance(delay)
-    assert wait_for(registered), sim.registered_gpus()
+    assert sim.registered_gpus() == set(range(len(sim.gpus)))

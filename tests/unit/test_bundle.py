@@ -51,7 +51,6 @@ from kube_gpu_exporter.exporter.simulator.processes import ProcessTable
 from tests.conftest import (
     FAST,
     LABELS,
-    fast_source,
     joined_with,
     promtool,
     quiet,
@@ -712,7 +711,7 @@ def simulated_metric_names(tmp_path_factory) -> Iterator[dict[str, set[str]]]:
     pollers: list[Poller] = []
 
     def make_poller(sim: FakeNvml, config: CollectionConfig) -> Poller:
-        pollers.append(Poller(config, lambda s: None, fast_source(sim), workers=8))
+        pollers.append(Poller(config, lambda s: None, sim.source(), workers=8))
         return pollers[-1]
 
     kubelet = FakeKubelet(sim, tmp_path / "kubelet.sock").start()

@@ -18,7 +18,7 @@ from kube_gpu_exporter.exporter.nvml.device_reader import POWER_AVERAGE, POWER_I
 from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock
 from kube_gpu_exporter.exporter.snapshot import NodeSnapshot
 from tests.conftest import FAST, fleet_from_yaml, render, start_xid_watch, wait_for
-from tests.support.clock_steps import parked, settled, step_until
+from tests.support.clock_steps import parked, step_until
 from tests.support.stepped_node import poller_on, start_xid_watch_on
 
 MIB = 2**20
@@ -290,8 +290,9 @@ def test_xid_storm_through_the_event_api_is_counted_not_logged_line_by_line(sim,
         # The first events of the window are logged one by one; the rest wait for its end.
         assert len(lines()) == BURST
         clock.advance(WINDOW_SECONDS)
-        # The watcher ends the window at its next idle wake-up, with one line for the rest.
-        assert wait_for(lambda: len(lines()) == BURST + 1), len(lines())
+        # The next sweep's drain ends the window, with one line for the rest.
+        poller.sweep()
+        assert len(lines()) == BURST + 1, len(lines())
         summary = lines()[-1].getMessage()
         assert summary.startswith(f"{counted() - BURST} more XID events in the last 60s"), summary
 
@@ -425,16 +426,10 @@ def test_driver_reloads_leak_no_threads_or_event_sets(sim):
             sim.load_driver()
             poller.retry_init_now()
             assert poller.sweep().nvml_up
-            # The XID watcher found its event set gone with the driver and waits on the clock to
-            # register again (its re-register delay; a backoff, had its wait failed some other
-            # way), as the PCIe and GPM samplers wait for their next round. The clock moves to
-            # the soonest end of a wait until the watcher is back in NVML's event wait.
-            parked(clock, 3)
-            while sim.registered_gpus() != everything:
-                clock.advance_to_next_wake()
-                assert wait_for(
-                    lambda: sim.registered_gpus() == everything or settled(clock, 3), step=0.001
-                )
+            # The XID watcher dropped its event set with the driver and registered a fresh one
+            # at the end of that sweep; the PCIe and GPM samplers wait for their next round.
+            assert sim.registered_gpus() == everything
+            parked(clock, 2)
 
         reload()  # warm: helpers that start lazily are running from here on
         threads, event_sets = threading.active_count(), sim.event_sets_open()

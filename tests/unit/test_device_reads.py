@@ -14,7 +14,7 @@ import pytest
 from kube_gpu_exporter.exporter.nvml.device_reads import DaemonWorkers, TurnTakingReads
 from kube_gpu_exporter.exporter.poller import Poller
 from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
-from tests.conftest import FAST, fast_source, wait_for
+from tests.conftest import FAST, wait_for
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_gpus_behind_a_hung_read_with_every_worker_busy_are_read_again_next_swee
     # One worker: the hung read holds it, so nobody can take the GPUs after it this sweep. The
     # sweep waits out this real deadline: short, but long enough for the two reads before it.
     config = replace(FAST, device_timeout_seconds=0.2)
-    poller = Poller(config, lambda s: None, fast_source(sim), workers=1)
+    poller = Poller(config, lambda s: None, sim.source(), workers=1)
     try:
         first = poller.sweep()
         assert all(g.up and not g.stale for g in first.gpus)

@@ -189,3 +189,65 @@ def test_power_above_the_ceiling_is_integrated_at_the_ceiling() -> None:
     clock.now += 2.0
     # A reading the reader let through as an instantaneous overshoot counts as the limit.
     assert energy.update(GPU, 800_000, None, 700_000) == 1_400_000
+
+
+def _sample(clock: Clock, energy: EnergyEstimates, seconds: float, watts: float) -> int:
+    """Samples of `watts` every second for `seconds`, with no read; the exported counter."""
+    counter = None
+    for _ in range(int(seconds)):
+        clock.now += 1.0
+        counter = energy.update(GPU, watts * 1000, None)
+    assert counter is not None
+    return counter
+
+
+def _read_after(clock: Clock, energy: EnergyEstimates, seconds: float, watts: float) -> None:
+    """`seconds` of samples, then NVML's counter read, as the board drew exactly that."""
+    counter = _sample(clock, energy, seconds, watts)
+    energy.update(GPU, watts * 1000, counter - int(energy.ahead(GPU) or 0))
+
+
+def test_a_steady_board_is_read_ever_less_often_up_to_ten_times_the_interval() -> None:
+    clock, energy = estimates()
+    energy.update(GPU, 200_000, 0)
+    assert energy.interval(GPU) == 60.0
+    seen = []
+    for _ in range(6):
+        interval = energy.interval(GPU)
+        assert interval is not None
+        _read_after(clock, energy, interval, 200.0)
+        seen.append(energy.interval(GPU))
+    # No drift: each read doubles the interval, until ten times the shortest.
+    assert seen == [120.0, 240.0, 480.0, 600.0, 600.0, 600.0]
+
+
+def test_a_drifting_estimate_brings_the_next_read_closer_to_keep_the_error_budget() -> None:
+    """An estimate 12 % off at a read: the next read comes when 12 % of the board's draw since
+    would be 36 s of it (1 % of an hour), 300 s later; over 60 % off, the shortest interval."""
+    clock, energy = estimates()
+    energy.update(GPU, 100_000, 0)
+    for seconds in (60, 120, 240):
+        _read_after(clock, energy, seconds, 100.0)
+    assert energy.interval(GPU) == 480.0
+    counter = _sample(clock, energy, 480, 100.0)
+    # The samples said 100 W; the board drew 100 / 1.12 W.
+    energy.update(GPU, 100_000, counter - 48_000_000 + round(48_000_000 / 1.12))
+    assert energy.drift(GPU) == pytest.approx(0.12, rel=1e-3)
+    assert energy.interval(GPU) == pytest.approx(36.0 / 0.12, rel=1e-3)
+    counter = _sample(clock, energy, 300, 100.0)
+    # Now the estimate fell well over half short (30 MJ counted, the counter moved about 75).
+    energy.update(GPU, 100_000, counter - 30_000_000 + 75_000_000)
+    drift = energy.drift(GPU)
+    assert drift is not None and drift < -0.6
+    assert energy.interval(GPU) == 60.0
+
+
+def test_a_wanted_read_starts_the_interval_again_from_the_shortest() -> None:
+    clock, energy = estimates()
+    energy.update(GPU, 200_000, 0)
+    _read_after(clock, energy, 60, 200.0)
+    _read_after(clock, energy, 120, 200.0)
+    assert energy.interval(GPU) == 240.0
+    energy.want_read(GPU)
+    energy.update(GPU, 200_000, _sample(clock, energy, 1, 200.0))
+    assert energy.interval(GPU) == 60.0

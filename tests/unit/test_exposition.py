@@ -32,7 +32,6 @@ from kube_gpu_exporter.exporter.snapshot import GpuReadings
 from tests.conftest import (
     FAST,
     LABELS,
-    fast_source,
     joined_with,
     render,
     start_xid_watch,
@@ -150,7 +149,7 @@ def test_round_trip_every_value_equals_the_snapshot(sim):
     # gives it its GPUs, one round samples them, and the next sweep reports them.
     helpers = SteppedHelpers()
     config = replace(FAST, pcie_enabled=True, pcie_interval_seconds=1.0)
-    poller = Poller(config, lambda s: None, fast_source(sim), workers=8, runner=helpers)
+    poller = Poller(config, lambda s: None, sim.source(), workers=8, runner=helpers)
     try:
         poller.sweep()
         sim.inject_ecc_error(0, double_bit=True)

@@ -26,7 +26,7 @@ from kube_gpu_exporter.exporter.simulator.fleet import FleetSpec, default_fleet
 from kube_gpu_exporter.exporter.simulator.gpm_model import PIPE_MIX
 from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock, SteppedHelpers
 from kube_gpu_exporter.exporter.snapshot import GpuSnapshot, NodeSnapshot
-from tests.conftest import FAST, fast_source, fleet_from_yaml, quiet, render, wait_for
+from tests.conftest import FAST, fleet_from_yaml, quiet, render, wait_for
 from tests.support.clock_steps import parked, step
 from tests.support.stepped_node import poller_on
 
@@ -371,7 +371,7 @@ def poller(sim: FakeNvml, stepped: SteppedHelpers) -> Iterator[Poller]:
     # GPM alone, without helper threads: the test runs each round on a thread it controls, so
     # that it knows which round published what.
     config = replace(FAST, xid_enabled=False, pcie_enabled=False, gpm_enabled=True)
-    poller = Poller(config, lambda s: None, fast_source(sim), workers=8, runner=stepped)
+    poller = Poller(config, lambda s: None, sim.source(), workers=8, runner=stepped)
     yield poller
     sim.faults.release_all()
     poller.stop(timeout=2.0)

@@ -64,7 +64,7 @@ from kube_gpu_exporter.exporter.snapshot import (
     NodeSnapshot,
     ProcessOwner,
 )
-from tests.conftest import FAST, fast_source, quiet, render
+from tests.conftest import FAST, quiet, render
 
 UID = "2edf54f8-6911-449f-9abe-3d468a770d6b"
 UID_ = UID.replace("-", "_")
@@ -959,7 +959,7 @@ def _scraped(sim: FakeNvml, config: CollectionConfig) -> NodeSnapshot:
     HostPidOwners over the configured roots); the round runs on this thread, so that the sweep
     after it reports it."""
     stepped = SteppedHelpers()
-    poller = Poller(config, lambda s: None, fast_source(sim), workers=8, runner=stepped)
+    poller = Poller(config, lambda s: None, sim.source(), workers=8, runner=stepped)
     try:
         poller.sweep()
         stepped.run_once()

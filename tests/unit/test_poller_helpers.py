@@ -22,7 +22,6 @@ from kube_gpu_exporter.exporter.nvml.helper_registry import (
     build_helpers,
 )
 from kube_gpu_exporter.exporter.nvml.source import NvmlSource
-from kube_gpu_exporter.exporter.nvml.xid_watcher import XidWatcher
 from kube_gpu_exporter.exporter.poller import Poller
 from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
 from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock, SteppedHelpers
@@ -32,7 +31,7 @@ from kube_gpu_exporter.exporter.snapshot import (
     ProcessOwner,
     ProfilingReadings,
 )
-from tests.conftest import FAST, fast_source, wait_for
+from tests.conftest import FAST, wait_for
 
 # GPM off: the toy helper fills the profiling fields, and nothing else should.
 CONFIG = replace(FAST, gpm_enabled=False)
@@ -42,7 +41,7 @@ class ToyHelper:
     """Records every call the poller makes; its merged data is derived from the GPU's index."""
 
     collector = "toy"
-    needs_thread: ClassVar[bool] = False
+    on_sweep: ClassVar[bool] = False
 
     def __init__(self, api: Any) -> None:
         self._api = api
@@ -86,9 +85,20 @@ class ToyHelper:
         self.rounds += 1
 
 
-class ThreadedToyHelper(ToyHelper):
-    collector = "threaded-toy"
-    needs_thread: ClassVar[bool] = True
+class SweepToyHelper(ToyHelper):
+    """A helper whose round belongs to every sweep, as the XID drain's does."""
+
+    collector = "sweep-toy"
+    on_sweep: ClassVar[bool] = True
+
+    def __init__(self, api: Any) -> None:
+        super().__init__(api)
+        # Per round: how many GPUs had been tracked (the sweep before it found them).
+        self.tracked_at_round: list[int] = []
+
+    def run_once(self) -> None:
+        super().run_once()
+        self.tracked_at_round.append(len(self.tracked))
 
 
 def plus(*extra: PollerHelper) -> HelperFactory:
@@ -108,7 +118,7 @@ def toy(sim: FakeNvml) -> ToyHelper:
 
 @pytest.fixture
 def poller(sim: FakeNvml, toy: ToyHelper) -> Iterator[Poller]:
-    poller = Poller(CONFIG, lambda s: None, fast_source(sim), workers=8, helpers=plus(toy))
+    poller = Poller(CONFIG, lambda s: None, sim.source(), workers=8, helpers=plus(toy))
     yield poller
     poller.stop(timeout=2.0)
 
@@ -123,14 +133,6 @@ def test_the_registry_builds_the_enabled_helpers_in_collector_order(sim: FakeNvm
     assert names(CollectionConfig(xid_enabled=False)) == ["pcie", "gpm"]
     assert names(CollectionConfig(pcie_enabled=False)) == ["xid", "gpm"]
     assert names(CollectionConfig(gpm_enabled=False)) == ["xid", "pcie"]
-
-
-def test_the_xid_re_register_delay_comes_from_the_nvml_source(sim: FakeNvml) -> None:
-    source = sim.source(xid_reregister_delay_seconds=0.125)
-    (watcher, *_) = build_helpers(_inputs(CollectionConfig(), source))
-    assert isinstance(watcher, XidWatcher)
-    assert watcher.reregister_delay_seconds == 0.125
-    assert sim.source().xid_reregister_delay_seconds == 1.0
 
 
 def test_a_helper_starts_only_after_nvml_init(sim: FakeNvml, poller: Poller, toy: ToyHelper):
@@ -197,7 +199,7 @@ def test_a_driver_reload_invalidates_a_helper_and_starts_it_again(
 
 
 def test_stopping_the_poller_stops_its_helpers(sim: FakeNvml, toy: ToyHelper):
-    poller = Poller(CONFIG, lambda s: None, fast_source(sim), workers=8, helpers=plus(toy))
+    poller = Poller(CONFIG, lambda s: None, sim.source(), workers=8, helpers=plus(toy))
     poller.sweep()
     poller.stop(timeout=1.5)
     assert toy.calls[-1] == "stop"
@@ -207,15 +209,15 @@ def test_stopping_the_poller_stops_its_helpers(sim: FakeNvml, toy: ToyHelper):
 
 
 def test_a_stepped_runner_runs_helper_rounds_on_the_callers_thread(sim: FakeNvml):
-    rounds, threaded = ToyHelper(sim.api), ThreadedToyHelper(sim.api)
+    rounds, drained = ToyHelper(sim.api), SweepToyHelper(sim.api)
     before = set(threading.enumerate())
     stepped = SteppedHelpers()
     poller = Poller(
         replace(CONFIG, pcie_enabled=True),
         lambda s: None,
-        fast_source(sim),
+        sim.source(),
         workers=8,
-        helpers=plus(rounds, threaded),
+        helpers=plus(rounds, drained),
         runner=stepped,
     )
     try:
@@ -225,12 +227,14 @@ def test_a_stepped_runner_runs_helper_rounds_on_the_callers_thread(sim: FakeNvml
             "xid",
             "pcie",
             "toy",
-            "threaded-toy",
+            "sweep-toy",
         ]
-        # Only helpers that block on events get started; the rest wait for run_once.
-        assert rounds.calls == [] and threaded.calls == ["start"]
+        # No helper thread is started; a sweep runs the rounds that belong to it, the rest wait
+        # for run_once.
+        assert rounds.calls == [] and drained.calls == []
+        assert rounds.rounds == 0 and drained.tracked_at_round == [0]
         started = {t.name for t in set(threading.enumerate()) - before}
-        assert "xid-watcher" in started and "pcie-sampler" not in started
+        assert not started & {"xid-watcher", "pcie-sampler"}
         readings = snapshot.gpus[0].readings
         assert readings is not None and readings.pcie_tx_kbps is None
         stepped.run_once()
@@ -238,6 +242,21 @@ def test_a_stepped_runner_runs_helper_rounds_on_the_callers_thread(sim: FakeNvml
         assert rounds.rounds == 2
         readings = poller.sweep().gpus[0].readings
         assert readings is not None and readings.pcie_tx_kbps is not None
+        # Each sweep's round came before its reads: the second saw the first sweep's GPUs.
+        assert drained.tracked_at_round[-1] == len(sim.gpus)
+    finally:
+        poller.stop(timeout=2.0)
+
+
+def test_a_threaded_runner_runs_a_sweep_helper_in_every_sweep_and_on_no_thread(sim: FakeNvml):
+    drained = SweepToyHelper(sim.api)
+    poller = Poller(CONFIG, lambda s: None, sim.source(), workers=8, helpers=plus(drained))
+    try:
+        before = {t.name for t in threading.enumerate()}
+        for _ in range(3):
+            poller.sweep()
+        assert drained.tracked_at_round == [0, len(sim.gpus), len(sim.gpus)]
+        assert "xid-watcher" not in {t.name for t in threading.enumerate()} - before
     finally:
         poller.stop(timeout=2.0)
 
@@ -306,7 +325,7 @@ def test_nvml_helpers_report_failure_while_nvml_is_down_and_recover(sim: FakeNvm
     poller = Poller(
         config,
         lambda s: None,
-        fast_source(sim),
+        sim.source(),
         workers=8,
         pid_owners=NoOwners(),
         clock=ManualClock(),

@@ -48,7 +48,7 @@ from kube_gpu_exporter.exporter.snapshot import (
     NodeSnapshot,
     ProcessOwner,
 )
-from tests.conftest import FAST, fast_source, fleet_from_yaml, quiet, wait_for
+from tests.conftest import FAST, fleet_from_yaml, quiet, wait_for
 from tests.support.clock_steps import parked, step
 from tests.support.stepped_node import poller_on
 from tests.unit.test_pid_owners import run_bounded
@@ -580,7 +580,7 @@ def test_the_poller_reports_processes_per_gpu(sim, nvml, owners):
     config = replace(FAST, processes_enabled=True, xid_enabled=False, gpm_enabled=False)
     stepped = SteppedHelpers()
     poller = Poller(
-        config, lambda s: None, fast_source(sim), workers=4, runner=stepped, pid_owners=owners
+        config, lambda s: None, sim.source(), workers=4, runner=stepped, pid_owners=owners
     )
     try:
         poller.sweep()  # tells the helpers which GPUs answered

@@ -26,7 +26,7 @@ from kube_gpu_exporter.exporter.server import (
 )
 from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock, SteppedHelpers
 from kube_gpu_exporter.exporter.snapshot import NodeSnapshot
-from tests.conftest import FAST, LABELS, fast_source, joined_with, store_for, wait_for
+from tests.conftest import FAST, LABELS, joined_with, store_for, wait_for
 from tests.support.exporter_process import free_port
 
 WEB = WebConfig(stale_after_seconds=15.0, health_max_age_seconds=60.0)
@@ -127,7 +127,7 @@ async def test_hanging_nvml_call_gives_stale_snapshot_and_unhealthy_healthz(sim)
     poller = Poller(
         replace(FAST, interval_seconds=0.1, xid_enabled=False),
         publish,
-        fast_source(sim),
+        sim.source(),
         runner=SteppedHelpers(),
         clock=clock,
     )

@@ -33,7 +33,7 @@ from kube_gpu_exporter.exporter.simulator.fake_kubelet import FakeKubelet
 from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
 from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock
 from kube_gpu_exporter.exporter.snapshot import NodeSnapshot
-from tests.conftest import FAST, fast_source, store_for, wait_for
+from tests.conftest import FAST, store_for, wait_for
 from tests.support.clock_steps import at_least_parked, run_until, within_jitter
 from tests.support.fake_kube_api import FakeKubeApi
 from tests.support.kubernetes import kube_status, make_watcher
@@ -108,7 +108,7 @@ def published() -> Published:
 @pytest.fixture
 def running_poller(sim: FakeNvml, published: Published, clock: ManualClock) -> Iterator[Poller]:
     config = replace(FAST, pcie_enabled=True, pcie_interval_seconds=0.2, gpm_enabled=True)
-    poller = Poller(config, published, fast_source(sim), workers=8, clock=clock)
+    poller = Poller(config, published, sim.source(), workers=8, clock=clock)
     poller.start()
     assert run_until(clock, lambda: published.collector("pcie") is True)
     yield poller
@@ -226,7 +226,6 @@ async def test_a_poller_that_keeps_crashing_fails_healthz(
     [
         (PcieSampler, "sample_once", "pcie", "pcie-sampler"),
         (GpmSampler, "_sample_device", "gpm", "gpm-sampler"),
-        (XidWatcher, "_register", "xid", "xid-watcher"),
     ],
 )
 def test_a_crashing_helper_reports_failure_and_restarts(
@@ -245,19 +244,13 @@ def test_a_crashing_helper_reports_failure_and_restarts(
     assert run_until(clock, lambda: published.collector(collector) is True)
     fault = Fault(monkeypatch, helper, method)
     fault.broken = True
-    if kind is XidWatcher:
-        helper._registered = None  # it registers only when its set of GPUs changes
     assert run_until(clock, lambda: fault.raised >= 2 and published.collector(collector) is False)
     assert helper.alive and helper.gave_up is None
     fault.broken = False
     assert run_until(clock, lambda: published.collector(collector) is True)
     assert helper.thread_healthy and running_poller.problem() is None
     # Data refreshing again.
-    if kind is XidWatcher:
-        assert run_until(clock, lambda: sim.registered_gpus() == set(range(len(sim.gpus))))
-        sim.inject_xid(0, 79)
-        assert run_until(clock, lambda: published.last.gpus[0].xid.last_xid == 79)
-    elif kind is PcieSampler:
+    if kind is PcieSampler:
         tick = published.last.sequence
         assert run_until(
             clock,
@@ -269,6 +262,34 @@ def test_a_crashing_helper_reports_failure_and_restarts(
         )
     records = crash_logs(caplog, thread_name)
     assert len(records) == 1 and crashed_with(records[0]) is RuntimeError
+
+
+def test_a_failing_xid_drain_reports_failure_and_the_sweeps_go_on(
+    running_poller: Poller,
+    published: Published,
+    sim: FakeNvml,
+    clock: ManualClock,
+    monkeypatch,
+    caplog,
+):
+    """The XID drain runs inside the sweep: an unexpected error in it fails the xid collector,
+    never the sweep, and a fresh event set is registered after the backoff."""
+    helper = helper_of(running_poller, XidWatcher)
+    assert run_until(clock, lambda: published.collector("xid") is True)
+    fault = Fault(monkeypatch, helper, "_register")
+    fault.broken = True
+    helper._registered = None  # it registers only when its set of GPUs changes
+    assert run_until(clock, lambda: fault.raised >= 2 and published.collector("xid") is False)
+    assert published.collector("nvml") is True and running_poller.problem() is None
+    sequence = published.last.sequence
+    assert run_until(clock, lambda: published.last.sequence > sequence + 2)
+    fault.broken = False
+    assert run_until(clock, lambda: published.collector("xid") is True)
+    assert sim.registered_gpus() == set(range(len(sim.gpus)))
+    sim.inject_xid(0, 79)
+    assert run_until(clock, lambda: published.last.gpus[0].xid.last_xid == 79)
+    logged = [r for r in caplog.records if "XID events: unexpected error" in r.getMessage()]
+    assert logged and crashed_with(logged[0]) is RuntimeError
 
 
 async def test_a_helper_that_cannot_restart_fails_healthz(

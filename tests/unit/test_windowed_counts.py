@@ -38,7 +38,7 @@ from kube_gpu_exporter.exporter.simulator.sim_gpu import (
 )
 from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock, SteppedHelpers
 from kube_gpu_exporter.exporter.snapshot import NodeSnapshot, XidRecord
-from tests.conftest import FAST, LABELS, fast_source, quiet, start_xid_watch, wait_for
+from tests.conftest import FAST, LABELS, quiet, start_xid_watch, wait_for
 from tests.support.stepped_node import poller_on, start_xid_watch_on
 
 XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
@@ -351,9 +351,7 @@ def test_xids_leave_the_count_when_simulated_time_passes_the_window(
         return (XidWatcher(inputs.source, inputs.tally, inputs.on_mig_change, book=book),)
 
     stepped = SteppedHelpers()
-    poller = Poller(
-        config.collection, store.publish, fast_source(sim), helpers=helpers, runner=stepped
-    )
+    poller = Poller(config.collection, store.publish, sim.source(), helpers=helpers, runner=stepped)
 
     def scraped() -> str:
         store.publish(poller.sweep())

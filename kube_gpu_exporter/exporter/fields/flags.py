@@ -67,7 +67,8 @@ CLASS_INTERVALS: tuple[ClassInterval, ...] = (
         60.0,
         0.0,
         "NVML's energy counter, 4 ms of kernel CPU a read on an H200, carried forward by board "
-        "power in between",
+        "power in between; the shortest interval, stretched up to ten times while the carried "
+        "estimate's drift allows",
     ),
     ClassInterval("pcie-sampler", 15.0, 1.0, "PCIe throughput, a 20 ms sample per direction"),
 )

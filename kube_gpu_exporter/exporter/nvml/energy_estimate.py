@@ -7,6 +7,14 @@ exported value moves on by board power integrated over each sweep (trapezoids; N
 is a 1 s average on Ampere and newer, so a 1 s poll covers every second). Each NVML read puts the
 estimate back on the counter itself, and remembers how far the estimate had drifted.
 
+The read interval follows that drift, per GPU. Just before a read, the estimate is off by about
+the drift times what the board drew since the last read: at a drift of d and reads every t
+seconds, d * t seconds of the board's own draw. The next read comes when that error would reach
+ERROR_BUDGET_SECONDS (1 % of an hour's draw), no sooner than `read_interval` and no later than
+LONGEST_STRETCH times it, and at most twice as late as the last, so a workload that turns bursty
+is caught within the longest interval and a steady one is read rarely. A read that could not
+measure the drift (the first, a wanted one) starts again from `read_interval`.
+
 Power is integrated at most at the board's ceiling (its maximum power limit, power_bounds.py), so
 the estimate never runs ahead of NVML's counter by more than the board could draw since the last
 read; the reader has already left out readings the board cannot produce.
@@ -31,6 +39,11 @@ from dataclasses import dataclass
 # The longest stretch without a power sample that the estimate bridges with a trapezoid between
 # the samples on either side; after a longer one the counter waits for NVML's next read.
 MAX_GAP_SECONDS = 15.0
+# The estimate's error allowed at a read, in seconds of the board's own draw: 1 % of an hour.
+ERROR_BUDGET_SECONDS = 36.0
+# The longest read interval, as a multiple of the shortest (--collector.field-interval
+# energy-counter=, 60 s by default: 10 minutes).
+LONGEST_STRETCH = 10.0
 
 
 @dataclass(slots=True)
@@ -51,6 +64,8 @@ class _Track:
     drift: float | None = None
     # A read is wanted at the next chance (the GPU was reconfigured or came back).
     read_wanted: bool = False
+    # Seconds from the last read to the next, as the drift at the reads allows.
+    interval: float = 0.0
 
 
 class EnergyEstimates:
@@ -76,7 +91,7 @@ class EnergyEstimates:
             # Without a power sample to carry the counter, only a read moves it.
             return True
         now = self._clock()
-        return now - track.sampled_at > self._max_gap or now - track.read_at >= self._interval
+        return now - track.sampled_at > self._max_gap or now - track.read_at >= track.interval
 
     def update(
         self,
@@ -125,18 +140,31 @@ class EnergyEstimates:
     def _read(self, uuid: str, track: _Track | None, counter_mj: int, now: float) -> _Track:
         if track is None or counter_mj < track.counter_mj:
             # First read, or NVML's counter restarted: so does ours.
-            fresh = _Track(counter_mj, now, exported_mj=counter_mj)
+            fresh = _Track(counter_mj, now, exported_mj=counter_mj, interval=self._interval)
             self._tracks[uuid] = fresh
             return fresh
         increase = counter_mj - track.counter_mj
         if increase > 0 and track.power_mw is not None and not track.read_wanted:
             track.drift = (track.since_read_mj - increase) / increase
+            track.interval = self._next_interval(track.interval, track.drift)
+        else:
+            track.interval = self._interval
         # The exported value stays where it is if it is ahead of the counter (never falling),
         # and moves on from there with the counter (never waiting for it to catch up).
         track.ahead_mj = max(0, track.exported_mj - counter_mj)
         track.counter_mj, track.read_at, track.since_read_mj = counter_mj, now, 0.0
         track.read_wanted = False
         return track
+
+    def _next_interval(self, last: float, drift: float) -> float:
+        fits = ERROR_BUDGET_SECONDS / max(abs(drift), 1e-9)
+        return max(self._interval, min(self._interval * LONGEST_STRETCH, 2 * last, fits))
+
+    def interval(self, uuid: str) -> float | None:
+        """Seconds between the last read of `uuid`'s counter and the next (None: not read yet)."""
+        with self._lock:
+            track = self._tracks.get(uuid)
+            return None if track is None else track.interval
 
     def ahead(self, uuid: str) -> int | None:
         """How far (mJ) the exported counter stood above NVML's at the last read."""

@@ -43,9 +43,10 @@ class LiveGpu:
 class PollerHelper(Protocol):
     # The `collector` label of exporter_collector_success and friends.
     collector: str
-    # True for a helper whose work is a blocking wait (XID events): it cannot be run as one round
-    # on the caller's thread, so it keeps its own thread even when the poller has none for helpers.
-    needs_thread: ClassVar[bool]
+    # True for a helper whose round is short, never blocks, and belongs to every sweep (draining
+    # NVML's queued XID events): the poller runs it on the sweep thread before reading the
+    # devices, and it has no thread of its own.
+    on_sweep: ClassVar[bool]
 
     def start(self) -> None:
         """Start the helper's thread. Called after every successful nvmlInit; idempotent."""
@@ -88,7 +89,7 @@ class PeriodicHelper(PeriodicSampler):
     of the interval, so its data appears one interval after it does, not two."""
 
     collector: str = ""
-    needs_thread: ClassVar[bool] = False
+    on_sweep: ClassVar[bool] = False
 
     def __init__(self, interval_seconds: float, clock: Clock = SYSTEM_CLOCK) -> None:
         super().__init__(interval_seconds, clock)

@@ -21,12 +21,3 @@ class NvmlSource:
     # runs unprivileged on purpose): then the refusal is no advice to give, and MigReader logs it
     # at debug with this reason. None on a real node, where it is worth knowing.
     expected_refusal: str | None = None
-    # How soon the XID watcher retries registering for events after a driver reload. Not a flag:
-    # only tests, which reload the driver many times, have a reason to change it.
-    xid_reregister_delay_seconds: float = 1.0
-    # How long one NVML event wait blocks. An event ends the wait at once, so this only sets how
-    # often the idle watcher wakes, and each wake-up costs CPU (some 300 µs on the 2-core
-    # development VM: a CPU-second an hour at one a second). Stopping the watcher waits out the
-    # current wait, so it stays within the exporter's shutdown time (app.py, SHUTDOWN_SECONDS);
-    # tests that start and stop many pollers shorten it.
-    xid_event_wait_ms: int = 2000

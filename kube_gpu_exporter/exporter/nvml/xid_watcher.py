@@ -1,4 +1,4 @@
-"""XID errors from NVML's event API, in a thread of their own because the wait blocks.
+"""XID errors from NVML's event API, drained on the sweep thread at the start of every sweep.
 
 There is no pollable "last XID" getter, so every event is tallied here as it arrives. Memory stays
 bounded in an XID storm: events are folded into per-code counters immediately, never queued, and
@@ -18,7 +18,6 @@ from typing import ClassVar
 
 import pynvml
 
-from kube_gpu_exporter.exporter.background import BackgroundThread
 from kube_gpu_exporter.exporter.backoff import Backoff
 from kube_gpu_exporter.exporter.clock import SYSTEM_CLOCK, Clock
 from kube_gpu_exporter.exporter.nvml.binding import NVMLError, error_name
@@ -36,6 +35,9 @@ NO_INSTANCE = 0xFFFFFFFF
 MAX_DISTINCT_CODES = 256
 UNKNOWN_XID = 999
 WANTED_EVENTS = pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventMigConfigChange
+# Events taken in one sweep at most: an XID storm (thousands a second) cannot hold the sweep up,
+# and what is left waits in NVML's queue for the next one.
+MAX_EVENTS_PER_DRAIN = 1024
 
 
 @dataclass
@@ -114,11 +116,16 @@ class XidBook:
             )
 
 
-class XidWatcher(BackgroundThread):
-    thread_name = "xid-watcher"
+class XidWatcher:
+    """Drains NVML's queued XID and MIG-change events at the start of every sweep, on the sweep
+    thread, with a wait of 0 ms: NVML keeps the events of a registered set until they are asked
+    for, so nothing is missed between sweeps, and a sweep reports every event queued before it
+    began, as a waiting thread that handed them to the next sweep did. There is no thread and no
+    timed wait: each idle wake-up of a waiting thread cost more CPU than the drain of a whole
+    sweep (docs/performance.md, 'Work timed to scrapes, and idle wake-ups')."""
+
     collector = "xid"
-    # The event wait blocks, so it cannot be run as one round on somebody else's thread.
-    needs_thread: ClassVar[bool] = True
+    on_sweep: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -130,36 +137,50 @@ class XidWatcher(BackgroundThread):
         window_ms: int | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__(clock)
         self._api = source.api
+        self._clock = clock
         # `window_ms`: --xid-count-window-size, when DCGM_EXP_XID_ERRORS_COUNT is listed.
         self._book = book if book is not None else XidBook(window_ms, clock.monotonic)
         self._tally = tally
         self._on_mig_change = on_mig_change
-        self._wait_ms = source.xid_event_wait_ms
-        # How often registering is retried while there are no events to wait on (no GPUs yet, or
-        # the driver is being reloaded): short in tests that reload the driver many times.
-        self.reregister_delay_seconds = source.xid_reregister_delay_seconds
-        self._devices_lock = threading.Lock()
+        # One drain at a time, and never a free under a drain (stop() comes from another thread).
+        self._lock = threading.Lock()
         self._devices: tuple[int, ...] = ()
         self._registered: tuple[int, ...] | None = None
         self._event_set = None
+        # After a failure, no new event set before this (monotonic) time.
+        self._retry_at = 0.0
+        self._backoff = Backoff(1.0, 30.0)
         self._xid_log = XidLog(log, clock=clock.monotonic)
         self.healthy = False
 
     def watch(self, indexes: Sequence[int]) -> None:
-        """Set the GPU indexes to register for; re-registers when the set changes."""
-        with self._devices_lock:
+        """Register for events on these GPU indexes (again only if the set changed)."""
+        with self._lock:
             self._devices = tuple(sorted(indexes))
+            self._guarded(self._register_if_changed)
 
     # As a poller helper
+
+    def start(self) -> None:
+        """Nothing runs on a thread of its own: the poller drains the events every sweep."""
+
+    def problem(self) -> str | None:
+        return None
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self._lock.acquire(timeout=max(0.0, timeout)):
+            try:
+                self._release()
+            finally:
+                self._lock.release()
 
     def track(self, gpus: Sequence[LiveGpu]) -> None:
         self.watch([gpu.index for gpu in gpus])
 
     def status(self) -> CollectorStatus:
         # Events are not rounds: there is no duration to report.
-        return CollectorStatus(self.collector, self.healthy and self.thread_healthy, 0.0)
+        return CollectorStatus(self.collector, self.healthy, 0.0)
 
     def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
         uuid = gpu.identity.uuid
@@ -170,58 +191,65 @@ class XidWatcher(BackgroundThread):
         return replace(gpu, xid=gpu.xid if board is None else board, instance_xids=instances)
 
     def invalidate(self) -> None:
-        """The event set dies with the driver; the thread notices and re-registers by itself."""
+        """The event set died with the driver: dropped, not freed; registered again once the
+        poller tracks the GPUs of the new driver."""
+        with self._lock:
+            self._event_set = None
+            self._registered = None
+            self.healthy = False
 
     def run_once(self) -> None:
-        """Nothing to do: events arrive on the watcher's own thread, which always runs."""
+        """Take every event NVML has queued since the last drain (at most MAX_EVENTS_PER_DRAIN;
+        the rest wait for the next sweep). Never raises: the sweep goes on without XIDs."""
+        with self._lock:
+            self._guarded(self._drain)
 
-    def _run(self) -> None:
-        backoff = Backoff(1.0, 30.0)
-        while not self._stop.is_set():
-            self._round(backoff)
-            # Expected NVML failures are handled inside the round; reaching here means the loop
-            # itself works, which ends any crash streak.
-            self._progressed()
-        self._release()
-
-    def _round(self, backoff: Backoff) -> None:
-        with self._devices_lock:
-            wanted = self._devices
-        if wanted != self._registered:
-            self._register(wanted)
-        if self._event_set is None:
-            self._clock.wait(self._stop, self.reregister_delay_seconds)
-            return
+    def _guarded(self, step: Callable[[], None]) -> None:
         try:
-            data = self._api.nvmlEventSetWait_v2(self._event_set, self._wait_ms)
-        except pynvml.NVMLError_Timeout:
-            self._xid_log.flush()
-            self.healthy = True
-            backoff.succeeded()
-            return
-        except NVMLError as exc:
-            self._tally.record("nvmlEventSetWait_v2", error_name(exc))
-            if isinstance(exc, pynvml.NVMLError_Uninitialized):
-                # The driver went away with our event set. The poller re-initialises NVML on its
-                # own backoff; registering is retried at a fixed short delay until it is back,
-                # so a reload does not leave XIDs unwatched for a growing backoff.
-                delay = self.reregister_delay_seconds
-                log.info("XID event set gone with the driver; re-registering when it is back")
-            else:
-                delay = backoff.failed()
-                log.warning("XID event wait failed: %s; re-registering in %.0fs", exc, delay)
+            step()
+        except Exception:
+            # Whatever broke may be the event set itself: a fresh one after the backoff.
+            log.exception("XID events: unexpected error; registering afresh")
             self.healthy = False
             self._release()
-            self._clock.wait(self._stop, delay)
-            return
-        self.healthy = True
-        self._handle(data)
+            self._retry_at = self._clock.monotonic() + self._backoff.failed()
 
-    def _on_crash(self) -> None:
-        # Register afresh on restart: the event set may be half set up, or be what failed.
+    def _register_if_changed(self) -> None:
+        # After a failure, no new event set until the backoff has passed.
+        if self._devices != self._registered and self._clock.monotonic() >= self._retry_at:
+            self._register(self._devices)
+
+    def _drain(self) -> None:
+        self._register_if_changed()
+        if self._event_set is None:
+            return
+        for _ in range(MAX_EVENTS_PER_DRAIN):
+            try:
+                data = self._api.nvmlEventSetWait_v2(self._event_set, 0)
+            except pynvml.NVMLError_Timeout:
+                break  # nothing more queued
+            except NVMLError as exc:
+                self._failed(exc)
+                return
+            self._handle(data)
+        self._xid_log.flush()
+        self.healthy = True
+        self._backoff.succeeded()
+
+    def _failed(self, exc: NVMLError) -> None:
+        self._tally.record("nvmlEventSetWait_v2", error_name(exc))
         self.healthy = False
+        if isinstance(exc, pynvml.NVMLError_Uninitialized):
+            # The driver went away with our event set: the poller re-initialises NVML on its own
+            # backoff and tracks the GPUs again, and the next drain registers then.
+            log.info("XID event set gone with the driver; re-registering when it is back")
+            self._event_set = None
+            self._registered = None
+            return
+        delay = self._backoff.failed()
+        log.warning("XID event wait failed: %s; re-registering in %.0fs", exc, delay)
         self._release()
-        self._registered = None
+        self._retry_at = self._clock.monotonic() + delay
 
     def _handle(self, data: pynvml.c_nvmlEventData_t) -> None:
         try:
@@ -246,6 +274,7 @@ class XidWatcher(BackgroundThread):
             event_set = self._api.nvmlEventSetCreate()
         except NVMLError as exc:
             self._tally.record("nvmlEventSetCreate", error_name(exc))
+            self._retry_at = self._clock.monotonic() + self._backoff.failed()
             return
         registered = 0
         for index in indexes:

@@ -17,13 +17,11 @@ from kube_gpu_exporter.exporter.nvml.helper import ThreadedHelpers
 
 
 class SteppedHelpers(ThreadedHelpers):
-    """A poller's HelperRunner that starts only the helpers whose work is a blocking wait (XID
-    events cannot be one round on the caller's thread) and runs the others when told."""
+    """A poller's HelperRunner that starts no helper thread and runs every helper's round when
+    told (the XID drain runs in every sweep anyway)."""
 
     def start(self) -> None:
-        for helper in self._helpers:
-            if helper.needs_thread:
-                helper.start()
+        """Nothing runs on a thread of its own."""
 
     def run_once(self) -> None:
         """One round of every helper now, on this thread; the poller's next sweep reports them."""
