@@ -245,16 +245,16 @@ async def test_before_the_first_snapshot_metrics_and_readyz_answer_503():
 
 
 def test_escaped_label_sets_are_remembered_within_a_bound():
-    from kube_gpu_exporter.exporter.exposition import renderer as renderer_module
+    from kube_gpu_exporter.exporter.exposition import text_format
 
-    renderer = Renderer(LABELS)
     labels = (("pod", 'a"b'), ("namespace", "x\\y"))
-    first = renderer._label_body(labels)
+    first = text_format.label_body(labels)
     assert first == 'pod="a\\"b",namespace="x\\\\y"'
-    assert renderer._label_body(tuple(labels)) is first
-    for i in range(renderer_module._REMEMBERED_LABEL_SETS + 10):
-        renderer._label_body((("pod", f"p{i}"),))
-    assert len(renderer._bodies) <= renderer_module._REMEMBERED_LABEL_SETS
+    assert text_format.label_body(tuple(labels)) is first
+    for i in range(text_format.REMEMBERED_LABEL_SETS + 10):
+        text_format.label_body((("pod", f"p{i}"),))
+    info = text_format.label_body.cache_info()
+    assert info.currsize <= text_format.REMEMBERED_LABEL_SETS == info.maxsize
 
 
 async def test_only_requests_naming_a_scrape_timeout_teach_the_schedule(sim, make_poller):

@@ -70,11 +70,6 @@ BUILD_LABELS: Labels = (
 )
 
 
-# Label sets whose escaped text is remembered between renders: a node's entities keep theirs from
-# one snapshot to the next, and a few thousand covers the largest node many times over.
-_REMEMBERED_LABEL_SETS = 4096
-
-
 # Why a family a --collectors file lists has no series on this node.
 NOT_SERVED = "no GPU or MIG instance on this node has given a value"
 # How long after the first render a listed family may still be waiting for its first value: a
@@ -106,18 +101,8 @@ class Renderer:
         self._first_render_at: float | None = None
         self._served: set[str] = set()
         self._unserved_logged: set[str] = set()
-        self._bodies: dict[Labels, str] = {}
         # Part of the body (a family, or a group of them) -> renders that left it out.
         self._render_errors: Counter[str] = Counter()
-
-    def _label_body(self, labels: Labels) -> str:
-        """label_body(labels), escaped once for as long as the label set lasts."""
-        body = self._bodies.get(labels)
-        if body is None:
-            if len(self._bodies) >= _REMEMBERED_LABEL_SETS:
-                self._bodies.clear()  # pods came and went: start again from the current ones
-            body = self._bodies[labels] = label_body(labels)
-        return body
 
     @property
     def labels(self) -> LabelConfig:
@@ -133,7 +118,7 @@ class Renderer:
             self._failed(part, error)
         out = FamilyWriter()
         snapshot, entities = node.snapshot, node.entities
-        bodies = [self._label_body(e.labels) for e in entities]
+        bodies = [label_body(e.labels) for e in entities]
         readings = [e.readings for e in entities]
         profiling = [e.profiling for e in entities]
         for families, sources in ((self._dcgm.gpu, readings), (self._dcgm.profiling, profiling)):
@@ -161,7 +146,7 @@ class Renderer:
             parts.append(("pod usage", lambda: render_pod_usage(out, usage)))
         energy = node.pod_energy
         if energy is not None:
-            parts.append(("pod energy", lambda: render_pod_energy(out, energy, self._label_body)))
+            parts.append(("pod energy", lambda: render_pod_energy(out, energy, label_body)))
         parts.append(("sources", lambda: render_source_health(out, node.sources)))
         if self._fields is not None:
             parts.append(("unsupported fields", lambda: self._unsupported(out)))
@@ -306,12 +291,12 @@ class Renderer:
 
         def lost_body(verdict: GpuVerdict) -> str:
             ident = verdict.gpu.identity
-            return self._label_body((*device_labels(ident, self._labels)[:4], *self._host))
+            return label_body((*device_labels(ident, self._labels)[:4], *self._host))
 
         # Our family keeps the DCGM labels it joins on, less dcgm-exporter's camelCase
         # modelName, so that it stays lint-clean as all our families are; DCGM_EXP_* has them all.
         own_bodies = [
-            self._label_body(tuple(pair for pair in e.labels if pair[0] != "modelName"))
+            label_body(tuple(pair for pair in e.labels if pair[0] != "modelName"))
             for e in node.entities
         ]
         render_health(
@@ -362,9 +347,7 @@ class Renderer:
         )
         out.family(own.PROCESS_LOG_NAME_CONFLICTS, log_name_conflict_samples(snap))
 
-        devices = [
-            (g, self._label_body(device_labels(g.identity, self._labels))) for g in snap.gpus
-        ]
+        devices = [(g, label_body(device_labels(g.identity, self._labels))) for g in snap.gpus]
         out.family(
             own.DEVICE_UP,
             [(body, format_value(g.up and not g.stale)) for g, body in devices],

@@ -7,6 +7,7 @@ each label set once per entity instead of once per sample.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable
@@ -36,6 +37,13 @@ def escape_help(text: str) -> str:
     return encodable(text).replace("\\", "\\\\").replace("\n", "\\n")
 
 
+# Label sets escaped and joined, kept from one render to the next: most series keep their labels
+# for as long as their pod runs, and escaping them was a sixth of a render. Bounded, so that pods
+# coming and going for months cannot grow it; the least recently used go first.
+REMEMBERED_LABEL_SETS = 4096
+
+
+@functools.lru_cache(maxsize=REMEMBERED_LABEL_SETS)
 def label_body(labels: Labels) -> str:
     """'a="x",b="y"' (without braces), values escaped."""
     return ",".join(f'{name}="{escape_label_value(value)}"' for name, value in labels)

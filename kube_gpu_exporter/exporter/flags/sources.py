@@ -9,7 +9,6 @@ the weaker ones entirely, so a repeatable flag never mixes values from two sourc
 from __future__ import annotations
 
 import argparse
-import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,6 +176,9 @@ def from_config_file(path: str, named: str) -> Layered:
         if flag is None:
             if key == CONFIG_FILE[2:]:
                 raise UsageError(f"{where}: config.file cannot name another file")
+            # Imported only to explain a mistake: a process that starts cleanly never loads it.
+            import difflib
+
             close = difflib.get_close_matches(key, keys, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise UsageError(f"{where}: {quoted(key)} is not a flag{hint}")
