@@ -8,7 +8,8 @@ fleets x three exporters, each watched for a minute and driven by wrk), a quarte
 for the overhead runs (benchmarks/overhead.py: the call-cost calibration on a node shaped like the
 real H200 run, then both exporters at once at a 1 s and a 5 s poll with an HA pair of Prometheus
 servers, on live and on precomputed simulated NVML, a burst of hand-made scrapes, the sweep's
-floor (benchmarks/sweep_floor.py), then the profile of where the exporter's own time and memory
+floor (benchmarks/sweep_floor.py), the energy counter's drift between reads
+(benchmarks/energy_drift.py), then the profile of where the exporter's own time and memory
 go),
 and the rest for the 1,000-node backfill and its queries. The exporter side ends with two
 in-process figures: a process accounting round, and the per-sweep cost of splitting each GPU's
@@ -30,6 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks import (
+    energy_drift,
     exporter_report,
     exporter_side,
     overhead,
@@ -139,6 +141,17 @@ def main(argv: list[str] | None = None) -> int:
             sweep_floor.render(
                 sweep_floor.measure(fleet, 1.0, 0.5 if args.quick else 2.0)
                 for fleet in sweep_floor.DEFAULT_FLEETS
+            ),
+            "",
+        ]
+        progress("the energy counter's drift")
+        sections += [
+            "### The energy counter between NVML's reads",
+            "",
+            energy_drift.render(
+                (poll, fixed, energy_drift.measure(poll, 10.0 if args.quick else 60.0, fixed))
+                for poll in (5.0, 1.0)
+                for fixed in (True, False)
             ),
             "",
         ]
