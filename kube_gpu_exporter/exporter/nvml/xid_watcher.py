@@ -194,9 +194,12 @@ class XidWatcher:
         """The event set died with the driver: dropped, not freed; registered again once the
         poller tracks the GPUs of the new driver."""
         with self._lock:
-            self._event_set = None
-            self._registered = None
-            self.healthy = False
+            self._drop()
+
+    def _drop(self) -> None:
+        self._event_set = None
+        self._registered = None
+        self.healthy = False
 
     def run_once(self) -> None:
         """Take every event NVML has queued since the last drain (at most MAX_EVENTS_PER_DRAIN;
@@ -210,9 +213,7 @@ class XidWatcher:
         except Exception:
             # Whatever broke may be the event set itself: a fresh one after the backoff.
             log.exception("XID events: unexpected error; registering afresh")
-            self.healthy = False
-            self._release()
-            self._retry_at = self._clock.monotonic() + self._backoff.failed()
+            self._start_again_later()
 
     def _register_if_changed(self) -> None:
         # After a failure, no new event set until the backoff has passed.
@@ -238,18 +239,22 @@ class XidWatcher:
 
     def _failed(self, exc: NVMLError) -> None:
         self._tally.record("nvmlEventSetWait_v2", error_name(exc))
-        self.healthy = False
         if isinstance(exc, pynvml.NVMLError_Uninitialized):
             # The driver went away with our event set: the poller re-initialises NVML on its own
             # backoff and tracks the GPUs again, and the next drain registers then.
             log.info("XID event set gone with the driver; re-registering when it is back")
-            self._event_set = None
-            self._registered = None
+            self._drop()
             return
-        delay = self._backoff.failed()
+        delay = self._start_again_later()
         log.warning("XID event wait failed: %s; re-registering in %.0fs", exc, delay)
+
+    def _start_again_later(self) -> float:
+        """Drop the event set and register a fresh one after the backoff; the delay."""
+        self.healthy = False
         self._release()
+        delay = self._backoff.failed()
         self._retry_at = self._clock.monotonic() + delay
+        return delay
 
     def _handle(self, data: pynvml.c_nvmlEventData_t) -> None:
         try:
@@ -274,7 +279,7 @@ class XidWatcher:
             event_set = self._api.nvmlEventSetCreate()
         except NVMLError as exc:
             self._tally.record("nvmlEventSetCreate", error_name(exc))
-            self._retry_at = self._clock.monotonic() + self._backoff.failed()
+            self._start_again_later()
             return
         registered = 0
         for index in indexes:
