@@ -47,6 +47,7 @@ from kube_gpu_exporter.exporter.snapshot import (
     CollectorStatus,
     GpuIdentity,
     GpuSnapshot,
+    HelperParts,
     NodeSnapshot,
 )
 
@@ -188,7 +189,7 @@ class Poller(BackgroundThread):
         self._runner = runner or ThreadedHelpers()
         self._runner.attach(self._helpers)
         # The one helper with node-level data besides its status: PollerHelper carries only
-        # per-GPU data (merge), so the sweep asks process accounting for its count itself.
+        # per-GPU data (contribution), so the sweep asks process accounting for its count itself.
         self._processes = next((h for h in self._helpers if isinstance(h, ProcessSampler)), None)
         self._workers = DaemonWorkers(workers, "nvml-device")
         # A read that starts nothing new for this long is taken to be stuck (device_reads.py);
@@ -425,10 +426,10 @@ class Poller(BackgroundThread):
                 readings=None,
                 error=f"{type(exc).__name__}: {exc}",
             )
-        gpu = GpuSnapshot(identity, up=True, readings=readings, mig_instances=instances)
+        parts: HelperParts = {"readings": readings}
         for helper in self._helpers:
-            gpu = helper.merge(gpu)
-        return gpu
+            parts.update(helper.contribution(identity.uuid, readings))
+        return GpuSnapshot(identity, up=True, mig_instances=instances, **parts)
 
     def _identity(self, index: int, handle: Any) -> GpuIdentity:
         cached = self._identities.get(index)

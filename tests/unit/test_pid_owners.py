@@ -784,7 +784,8 @@ def _usage_of_gpu0(tmp_path: Path, forge: bool) -> tuple[dict[str, int], dict[st
         sampler.sample_once()
         assert sampler.last_success
         identity = GpuIdentity(gpu.index, gpu.uuid, "", "", mig_enabled=False)
-        merged = sampler.merge(GpuSnapshot(identity, up=True, readings=None))
+        processes = sampler.contribution(gpu.uuid, None).get("processes")
+        merged = GpuSnapshot(identity, up=True, readings=None, processes=processes)
         node = NodeSnapshot(
             taken_at=0.0,
             monotonic_at=0.0,

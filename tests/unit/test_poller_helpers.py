@@ -27,7 +27,8 @@ from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
 from kube_gpu_exporter.exporter.simulator.stepped_time import ManualClock, SteppedHelpers
 from kube_gpu_exporter.exporter.snapshot import (
     CollectorStatus,
-    GpuSnapshot,
+    GpuReadings,
+    HelperParts,
     ProcessOwner,
     ProfilingReadings,
 )
@@ -35,6 +36,11 @@ from tests.conftest import FAST, wait_for
 
 # GPM off: the toy helper fills the profiling fields, and nothing else should.
 CONFIG = replace(FAST, gpm_enabled=False)
+
+
+def toy_value(uuid: str) -> float:
+    """What the toy helper contributes for a GPU: its own for each uuid."""
+    return sum(uuid.encode()) % 97 / 10
 
 
 class ToyHelper:
@@ -76,10 +82,8 @@ class ToyHelper:
     def invalidate(self) -> None:
         self.calls.append("invalidate")
 
-    def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
-        return replace(
-            gpu, profiling=ProfilingReadings.of(DCGM_FI_PROF_SM_ACTIVE=gpu.identity.index / 10)
-        )
+    def contribution(self, uuid: str, readings: GpuReadings | None) -> HelperParts:
+        return {"profiling": ProfilingReadings.of(DCGM_FI_PROF_SM_ACTIVE=toy_value(uuid))}
 
     def run_once(self) -> None:
         self.rounds += 1
@@ -176,7 +180,9 @@ def test_a_helper_is_merged_into_up_gpus_and_reported_in_collectors(
     snapshot = poller.sweep()
     for gpu in snapshot.gpus:
         expected = (
-            ProfilingReadings.of(DCGM_FI_PROF_SM_ACTIVE=gpu.identity.index / 10) if gpu.up else None
+            ProfilingReadings.of(DCGM_FI_PROF_SM_ACTIVE=toy_value(gpu.identity.uuid))
+            if gpu.up
+            else None
         )
         assert gpu.profiling == expected, gpu.identity.index
     assert not snapshot.gpus[2].up
@@ -277,8 +283,8 @@ class CountingHelper(PeriodicHelper):
     def sample_once(self) -> None:
         self.last_success = True
 
-    def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
-        return gpu
+    def contribution(self, uuid: str, readings: GpuReadings | None) -> HelperParts:
+        return {}
 
 
 def test_a_periodic_helper_fails_until_tracked_and_after_invalidate() -> None:

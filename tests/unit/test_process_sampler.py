@@ -302,11 +302,10 @@ def test_a_pid_in_two_lists_keeps_the_figure_nvml_knows(sim, nvml, make_sampler)
 def test_merge_fills_the_gpu_snapshot(sim, nvml, make_sampler):
     nvml.compute[sim.gpus[1].uuid] = [(201, GIB)]
     sampler = make_sampler()
-    before = snapshot_of(sim, 1)
-    assert sampler.merge(before) is before  # nothing sampled yet: not collected, not empty
+    uuid = sim.gpus[1].uuid
+    assert sampler.contribution(uuid, None) == {}  # nothing sampled yet: not collected, not empty
     sampler.sample_once()
-    merged = sampler.merge(before)
-    assert merged.processes == (
+    assert sampler.contribution(uuid, None)["processes"] == (
         GpuProcess(201, None, GIB, sm_util_pct=0, owner=SERVER, unattributed_reason=""),
     )
 
@@ -490,7 +489,7 @@ def test_one_failing_gpu_does_not_lose_the_others(sim, nvml, tally, make_sampler
     sampler.sample_once()
     assert not sampler.last_success
     assert sampler.latest(broken) is None  # a partial list would undercount its pods
-    assert sampler.merge(snapshot_of(sim, 0)).processes is None
+    assert sampler.contribution(sim.gpus[0].uuid, None) == {}
     assert [p.pid for p in sampler.latest(fine)] == [201]
     assert errors(tally) == {("nvmlDeviceGetComputeRunningProcesses", "UNKNOWN"): 1}
 
@@ -531,7 +530,7 @@ def test_attribution_impossible_fails_the_round_with_one_log_line(sim, nvml, mak
         assert not sampler.last_success
         assert not sampler.status().success
         assert sampler.latest(sim.gpus[0].uuid) is None
-        assert sampler.merge(snapshot_of(sim, 0)).processes is None
+        assert sampler.contribution(sim.gpus[0].uuid, None) == {}
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "host's PID namespace" in warnings[0].getMessage()
     assert sum(nvml.calls.values()) == 0  # nothing asked of NVML for data nobody can attribute

@@ -29,9 +29,6 @@ from kube_gpu_exporter.exporter.fields.table import (
     XID_ERRORS_COUNT,
     XID_ERRORS_TOTAL,
 )
-from kube_gpu_exporter.exporter.snapshot import GpuReadings, ProfilingReadings
-
-Value = Number | None
 
 # DCGM stores these as doubles, which dcgm-exporter prints with six decimals. Every other unit
 # here is an INT64 field upstream (Hz, J, bytes, B/s, %, MiB, MB/s...), printed as an integer.
@@ -49,14 +46,9 @@ class DcgmFamily:
     # The classic name of the row, the same in every profile: what the family means, and where
     # its value is in the readings' map.
     classic: str
+    # The value in this family's unit from one in the readings' (Renderer._dcgm_samples).
     convert: Callable[[Number], Number]
     double: bool
-
-    def value(self, source: GpuReadings | ProfilingReadings) -> Value:
-        """The row's value in `source` (GpuReadings, or ProfilingReadings for a GPM row), in
-        this family's unit; None where it has none."""
-        raw = source.values.get(self.classic)
-        return None if raw is None else self.convert(raw)
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,9 +74,19 @@ def format_value(value: float | int | bool, fixed: bool = False) -> str:
 def format_dcgm_value(value: float | int, double: bool) -> str:
     """As dcgm-exporter prints a DCGM field: doubles with six decimals, INT64 fields as integers.
     A float headed for an INT64 field is truncated, as DCGM's own float-to-int64 casts do."""
-    if double or isinstance(value, int) or not math.isfinite(value):
-        return format_value(value, fixed=double)
-    return str(int(value))
+    # The common cases first, by exact type (a bool is an int too, and goes the long way).
+    kind = type(value)
+    if kind is float and math.isfinite(value):
+        return f"{value:.6f}" if double else str(int(value))
+    if kind is int:
+        return str(value)
+    return format_value(value, fixed=double)
+
+
+@functools.lru_cache(maxsize=1024)
+def family_header(name: str, help_text: str, kind: str) -> str:
+    """A family's HELP and TYPE lines, escaped once: the same for every render."""
+    return f"# HELP {name} {escape_help(help_text)}\n# TYPE {name} {kind}\n"
 
 
 class FamilyWriter:
@@ -101,9 +111,7 @@ class FamilyWriter:
             return
         if not lines:
             return
-        self._parts.append(
-            f"# HELP {name} {escape_help(family.help)}\n# TYPE {name} {family.kind}\n"
-        )
+        self._parts.append(family_header(name, family.help, family.kind))
         self._parts.extend(lines)
 
     def text(self) -> str:

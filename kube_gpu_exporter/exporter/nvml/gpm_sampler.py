@@ -19,7 +19,7 @@ import logging
 import math
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -38,7 +38,11 @@ from kube_gpu_exporter.exporter.nvml.guarded_calls import GuardedNvml
 from kube_gpu_exporter.exporter.nvml.helper import LiveGpu, PeriodicHelper
 from kube_gpu_exporter.exporter.nvml.rejected_readings import NOT_FINITE, RejectedReadings
 from kube_gpu_exporter.exporter.scrape_cadence import ScrapeCadence
-from kube_gpu_exporter.exporter.snapshot import GpuSnapshot, ProfilingReadings
+from kube_gpu_exporter.exporter.snapshot import (
+    GpuReadings,
+    HelperParts,
+    ProfilingReadings,
+)
 from kube_gpu_exporter.exporter.struct_views import plain_type
 
 log = logging.getLogger(__name__)
@@ -155,11 +159,11 @@ class GpmSampler(PeriodicHelper):
             self._cadence.forget()
         super().wake()
 
-    def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
-        board, instances = self.latest(gpu.identity.uuid)
-        if board is gpu.profiling and instances == gpu.instance_profiling:
-            return gpu  # no GPM on this GPU: no copy of its snapshot each sweep
-        return replace(gpu, profiling=board, instance_profiling=instances)
+    def contribution(self, uuid: str, readings: GpuReadings | None) -> HelperParts:
+        board, instances = self.latest(uuid)
+        if board is None and not instances:
+            return {}  # no GPM on this GPU
+        return {"profiling": board, "instance_profiling": instances}
 
     @property
     def buffers_allocated(self) -> int:

@@ -18,7 +18,12 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 from kube_gpu_exporter.exporter.background import PeriodicSampler
 from kube_gpu_exporter.exporter.clock import SYSTEM_CLOCK, Clock
-from kube_gpu_exporter.exporter.snapshot import CollectorStatus, GpuSnapshot
+from kube_gpu_exporter.exporter.snapshot import (
+    CollectorStatus,
+    GpuReadings,
+    GpuSnapshot,
+    HelperParts,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +76,10 @@ class PollerHelper(Protocol):
         sweep thread, so it must never wait for the helper's round: a round stuck in a call
         would stall every sweep after it, and /healthz with them."""
 
-    def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
-        """`gpu` with this helper's latest data for it filled in. Runs on the sweep's workers."""
+    def contribution(self, uuid: str, readings: GpuReadings | None) -> HelperParts:
+        """This helper's latest data for the GPU `uuid`, whose readings this sweep are
+        `readings`: the snapshot fields it fills in, nothing where it has no data for it. Runs
+        on the sweep's workers; the poller builds the snapshot once from every helper's."""
         ...
 
     def run_once(self) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
 
 import pynvml
 
@@ -20,7 +19,7 @@ from kube_gpu_exporter.exporter.clock import SYSTEM_CLOCK, Clock
 from kube_gpu_exporter.exporter.nvml.binding import GPU_GONE, NVMLError
 from kube_gpu_exporter.exporter.nvml.guarded_calls import GuardedNvml
 from kube_gpu_exporter.exporter.nvml.helper import LiveGpu, PeriodicHelper
-from kube_gpu_exporter.exporter.snapshot import GpuSnapshot
+from kube_gpu_exporter.exporter.snapshot import GpuReadings, HelperParts
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +53,9 @@ class P2pStatusReader(PeriodicHelper):
         self._latest = {}
         super().invalidate()
 
-    def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
-        peers = self._latest.get(gpu.identity.uuid)
-        return gpu if peers is None else replace(gpu, p2p_nvlink=peers)
+    def contribution(self, uuid: str, readings: GpuReadings | None) -> HelperParts:
+        peers = self._latest.get(uuid)
+        return {} if peers is None else {"p2p_nvlink": peers}
 
     def sample_once(self) -> None:
         targets = self._targets

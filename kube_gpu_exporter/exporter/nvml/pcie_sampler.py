@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import replace
 
 import pynvml
 
@@ -17,7 +16,12 @@ from kube_gpu_exporter.exporter.clock import SYSTEM_CLOCK, Clock
 from kube_gpu_exporter.exporter.nvml.binding import GPU_GONE, NVMLError
 from kube_gpu_exporter.exporter.nvml.guarded_calls import GuardedNvml
 from kube_gpu_exporter.exporter.nvml.helper import LiveGpu, PeriodicHelper
-from kube_gpu_exporter.exporter.snapshot import PCIE_RX_THROUGHPUT, PCIE_TX_THROUGHPUT, GpuSnapshot
+from kube_gpu_exporter.exporter.snapshot import (
+    PCIE_RX_THROUGHPUT,
+    PCIE_TX_THROUGHPUT,
+    GpuReadings,
+    HelperParts,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +58,12 @@ class PcieSampler(PeriodicHelper):
         self._latest = {}
         super().invalidate()
 
-    def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
-        reading = self.latest(gpu.identity.uuid)
-        if reading is None or gpu.readings is None:
-            return gpu
+    def contribution(self, uuid: str, readings: GpuReadings | None) -> HelperParts:
+        reading = self.latest(uuid)
+        if reading is None or readings is None:
+            return {}
         tx, rx = reading
-        readings = gpu.readings.with_values({PCIE_TX_THROUGHPUT: tx, PCIE_RX_THROUGHPUT: rx})
-        return replace(gpu, readings=readings)
+        return {"readings": readings.with_values({PCIE_TX_THROUGHPUT: tx, PCIE_RX_THROUGHPUT: rx})}
 
     def sample_once(self) -> None:
         with self._lock:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
@@ -37,7 +37,13 @@ from kube_gpu_exporter.exporter.nvml.guarded_calls import GuardedNvml
 from kube_gpu_exporter.exporter.nvml.helper import LiveGpu, PeriodicHelper
 from kube_gpu_exporter.exporter.nvml.mig_reader import MigReader
 from kube_gpu_exporter.exporter.processes.owner import PidOwners, log_name_conflicts
-from kube_gpu_exporter.exporter.snapshot import GpuIdentity, GpuProcess, GpuSnapshot, ProcessOwner
+from kube_gpu_exporter.exporter.snapshot import (
+    GpuIdentity,
+    GpuProcess,
+    GpuReadings,
+    HelperParts,
+    ProcessOwner,
+)
 
 log = logging.getLogger(__name__)
 
@@ -120,13 +126,13 @@ class ProcessSampler(PeriodicHelper):
         self._targets = tuple(gpus)
         super().track(gpus)
 
-    def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
+    def contribution(self, uuid: str, readings: GpuReadings | None) -> HelperParts:
         if self.overdue_seconds() is not None:
             # A round that never ends leaves per-pod figures frozen while the device's own move
             # on: show none, as collector_success already says, rather than old ones as current.
-            return gpu
-        processes = self._latest.get(gpu.identity.uuid)
-        return gpu if processes is None else replace(gpu, processes=processes)
+            return {}
+        processes = self._latest.get(uuid)
+        return {} if processes is None else {"processes": processes}
 
     def latest(self, uuid: str) -> tuple[GpuProcess, ...] | None:
         return self._latest.get(uuid)

@@ -13,7 +13,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 import pynvml
@@ -26,7 +26,12 @@ from kube_gpu_exporter.exporter.nvml.event_windows import EventWindow
 from kube_gpu_exporter.exporter.nvml.helper import LiveGpu
 from kube_gpu_exporter.exporter.nvml.source import NvmlSource
 from kube_gpu_exporter.exporter.nvml.xid_log import XidLog
-from kube_gpu_exporter.exporter.snapshot import CollectorStatus, GpuSnapshot, XidRecord
+from kube_gpu_exporter.exporter.snapshot import (
+    CollectorStatus,
+    GpuReadings,
+    HelperParts,
+    XidRecord,
+)
 
 log = logging.getLogger(__name__)
 
@@ -182,13 +187,12 @@ class XidWatcher:
         # Events are not rounds: there is no duration to report.
         return CollectorStatus(self.collector, self.healthy, 0.0)
 
-    def merge(self, gpu: GpuSnapshot) -> GpuSnapshot:
-        uuid = gpu.identity.uuid
+    def contribution(self, uuid: str, readings: GpuReadings | None) -> HelperParts:
         board = self._book.gpu_record(uuid)
         instances = self._book.instance_records(uuid)
-        if board is None and instances == gpu.instance_xids:
-            return gpu  # most GPUs never see an XID: no copy of their snapshot each sweep
-        return replace(gpu, xid=gpu.xid if board is None else board, instance_xids=instances)
+        if board is None:
+            return {"instance_xids": instances} if instances else {}  # most GPUs see no XID
+        return {"xid": board, "instance_xids": instances}
 
     def invalidate(self) -> None:
         """The event set died with the driver: dropped, not freed; registered again once the
