@@ -60,7 +60,7 @@ CLASS_INTERVALS: tuple[ClassInterval, ...] = (
         10.0,
         0.0,
         "the costly or slowly changing fields (PCIe replays, ECC totals, row remapping, the "
-        "NVLink counters, the power limit), read in the sweep before a learnt scrape",
+        "NVLink counters, the power limits), read in the sweep before a learnt scrape",
     ),
     ClassInterval(
         "energy-counter",

@@ -182,11 +182,14 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
     _gpu(
         "DCGM_FI_DEV_ENFORCED_POWER_LIMIT",
         164,
+        # A limit too: it moves when a limit is set or a node's power cap changes, and the slow
+        # fields are read in the sweep before each scrape, so a scrape still sees it current.
         Getter("enforced_power_limit", ("nvmlDeviceGetEnforcedPowerLimit",)),
         "gauge",
         "W",
         "Enforced power limit (in W).",
         native_unit="mW",
+        cadence=Cadence.SLOW,
         spelling_4_9=_spell(
             "DCGM_FI_DEV_BOARD_POWER_LIMIT_ENFORCED_WATTS",
             "W",
