@@ -8,7 +8,8 @@ fleets x three exporters, each watched for a minute and driven by wrk), a quarte
 for the overhead runs (benchmarks/overhead.py: the call-cost calibration on a node shaped like the
 real H200 run, then both exporters at once at a 1 s and a 5 s poll with an HA pair of Prometheus
 servers, on live and on precomputed simulated NVML, a burst of hand-made scrapes, the sweep's
-floor (benchmarks/sweep_floor.py), the energy counter's drift between reads
+floor (benchmarks/sweep_floor.py), a sweep's CPU after the poll interval's pause
+(benchmarks/sweep_after_idle.py), the energy counter's drift between reads
 (benchmarks/energy_drift.py), then the profile of where the exporter's own time and memory
 go),
 and the rest for the 1,000-node backfill and its queries. The exporter side ends with two
@@ -41,6 +42,7 @@ from benchmarks import (
     process_accounting,
     prometheus_report,
     prometheus_side,
+    sweep_after_idle,
     sweep_floor,
 )
 from benchmarks.cluster.synthetic import CLUSTER, NodeGroup, Scale
@@ -141,6 +143,16 @@ def main(argv: list[str] | None = None) -> int:
             sweep_floor.render(
                 sweep_floor.measure(fleet, 1.0, 0.5 if args.quick else 2.0)
                 for fleet in sweep_floor.DEFAULT_FLEETS
+            ),
+            "",
+        ]
+        progress("a sweep after idle")
+        sections += [
+            "### A sweep back to back and after the poll interval's pause",
+            "",
+            sweep_after_idle.render(
+                "default",
+                sweep_after_idle.measure("default", 5 if args.quick else 20, (1.0, 3.0)),
             ),
             "",
         ]

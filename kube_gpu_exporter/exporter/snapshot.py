@@ -390,6 +390,8 @@ class HelperParts(TypedDict, total=False):
     once, rather than copied once per helper (a copy of this dataclass is a few µs, and a sweep
     made four of them per GPU)."""
 
+    # The sweep's readings with a helper's own values added (the PCIe sampler's throughput);
+    # one helper at most sets them, or the last would drop the others' values.
     readings: GpuReadings | None
     xid: XidRecord
     instance_xids: tuple[tuple[int, XidRecord], ...]

@@ -59,6 +59,23 @@ def test_default_node_sweep(sim, make_poller):
     assert r.power_limit_mw == 700_000
 
 
+def test_the_power_limits_are_read_with_the_slow_fields_and_kept_between(make_sim, make_poller):
+    # Settings, not readings: read in the sweep before a scrape (or every slow-fields interval
+    # with nobody scraping), their last value standing in between; 0s reads one every sweep.
+    sweeps = 4
+    for intervals, enforced_reads in (((), 1), ((("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", 0.0),), 4)):
+        sim = make_sim(fleet_from_yaml("gpus: [{model: H200-141GB-HBM3e}]"))
+        config = replace(FAST, slow_fields_interval_seconds=10.0, field_intervals=intervals)
+        poller = make_poller(sim, config)
+        snaps = [poller.sweep() for _ in range(sweeps)]
+        assert sim.calls["nvmlDeviceGetEnforcedPowerLimit"] == enforced_reads, intervals
+        assert sim.calls["nvmlDeviceGetPowerManagementLimit"] == 1
+        for snap in snaps:
+            values = snap.gpus[0].readings.values
+            assert values["DCGM_FI_DEV_ENFORCED_POWER_LIMIT"] == 700_000
+            assert values["DCGM_FI_DEV_POWER_MGMT_LIMIT"] == 700_000
+
+
 def test_mig_instances_are_enumerated_with_profiles_and_memory(sim, make_poller):
     snap = make_poller(sim).sweep()
     gpu6 = snap.gpus[6]
