@@ -387,8 +387,8 @@ class GpuSnapshot:
 class HelperParts(TypedDict, total=False):
     """What the poller's helpers fill in on a GPU's snapshot (nvml/helper.py, `contribution`),
     as GpuSnapshot's keyword arguments: gathered from every helper, then the snapshot is built
-    once, rather than copied once per helper (a copy of this dataclass is a few µs, and a sweep
-    made four of them per GPU)."""
+    once, rather than copied by each helper with data for the GPU (a copy of this dataclass is a
+    few µs)."""
 
     # The sweep's readings with a helper's own values added (the PCIe sampler's throughput);
     # one helper at most sets them, or the last would drop the others' values.

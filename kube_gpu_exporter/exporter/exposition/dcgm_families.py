@@ -46,7 +46,7 @@ class DcgmFamily:
     # The classic name of the row, the same in every profile: what the family means, and where
     # its value is in the readings' map.
     classic: str
-    # The value in this family's unit from one in the readings' (Renderer._dcgm_samples).
+    # From the readings' unit to this family's (applied in Renderer._dcgm_samples).
     convert: Callable[[Number], Number]
     double: bool
 
