@@ -203,8 +203,33 @@ def test_store_keeps_an_unread_snapshot_unrendered_and_renders_it_when_asked(sim
     assert store.render_latest() is exposition  # once per snapshot
     clock.now += 13.0
     second = poller.sweep()
-    store.publish(second)  # the scrape is due within 1.5 intervals
+    store.publish(second)  # the scrape is due before the next snapshot
     assert store.rendered and current(store).snapshot is second
+
+
+def test_a_snapshot_the_next_one_replaces_before_the_scrape_is_not_rendered(sim, make_poller):
+    # An HA pair behind one address, every 7.5 s, and a 5 s poll: the snapshot published 5.1 s
+    # before a scrape is replaced 5 s later, 0.1 s before it, and only that one is rendered. A
+    # scrape predicted within the slack of the next snapshot's time is rendered for.
+    clock = Clock()
+    store = ExpositionStore(
+        Renderer(LABELS), joined_with(), interval_seconds=5.0, schedule=learnt(clock, 7.5)
+    )
+    poller = make_poller(sim)
+    clock.now += 2.4  # the next scrape in 5.1 s
+    early = poller.sweep()
+    store.publish(early)
+    assert store.latest is early and store.current is None
+    clock.now += 5.0  # in 0.1 s
+    on_time = poller.sweep()
+    store.publish(on_time)
+    assert store.rendered and current(store).snapshot is on_time
+    clock.now += 0.1
+    store.schedule.scraped("10.0.0.1")
+    clock.now += 7.5 - 5.02  # the next in 5.02 s: a sweep late by 20 ms would miss it
+    within_slack = poller.sweep()
+    store.publish(within_slack)
+    assert store.rendered and current(store).snapshot is within_slack
 
 
 async def test_a_scrape_always_gets_the_newest_snapshot(sim, make_poller):

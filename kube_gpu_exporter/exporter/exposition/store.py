@@ -32,11 +32,14 @@ log = logging.getLogger(__name__)
 # (benchmarks/overhead.py measures both); 3 is the smallest of them.
 GZIP_LEVEL = 3
 _GZIP_WBITS = 31
-# A scrape due before the next snapshot reads this one. Sweeps start on a fixed period and
-# Prometheus scrapes on one, so the only slack needed is their jitter: a tenth of an interval.
-# (A margin of a whole extra interval would render two snapshots for one scrape half the time.)
-# A scrape that the margin misses renders on the spot.
-_DUE_MARGIN = 1.1
+# A scrape due before the next snapshot is published reads this one, so it is rendered now; the
+# next snapshot comes one interval on, as sweeps start on a fixed period. The slack is for the
+# jitter of that period and of Prometheus' own, which is milliseconds. A scrape predicted later
+# than that is left to the next snapshot: rendering this one as well would be a render nobody
+# reads (with a tenth of an interval as slack, that was one sweep in three at a 5 s poll when an
+# HA pair's scrapes fell just after a sweep). Erring that way costs no CPU, only latency: a
+# scrape that the slack misses renders on the spot, off the event loop.
+_DUE_SLACK_SECONDS = 0.05
 # The per-scrape tail reports the snapshot's age; a 100 ms resolution lets scrapes arriving
 # together share one response instead of each rebuilding it.
 TAIL_RESOLUTION_SECONDS = 0.1
@@ -133,6 +136,7 @@ class ExpositionStore:
         self._attributed = attributed
         # How long a published snapshot stays the newest; 0 renders every snapshot.
         self._interval = interval_seconds
+        self._due_horizon = interval_seconds + min(_DUE_SLACK_SECONDS, interval_seconds / 10)
         self.clock = clock
         self.schedule = schedule or ScrapeSchedule(clock)
         self._render_lock = threading.Lock()
@@ -145,7 +149,7 @@ class ExpositionStore:
         """Keep the newest snapshot, and render it now if a scrape is due before the next one;
         called by the poller."""
         self.latest = snapshot
-        if self._interval <= 0 or self.schedule.due_within(self._interval * _DUE_MARGIN):
+        if self._interval <= 0 or self.schedule.due_within(self._due_horizon):
             try:
                 self.render_latest()
             except Exception:
