@@ -1,4 +1,5 @@
-"""benchmarks/sweep_after_idle.py, shortened: a sweep's CPU back to back and after a pause."""
+"""benchmarks/sweep_after_idle.py, reduced for CI: a sweep's CPU back to back and after a
+pause. It sleeps for real and pins the process to one CPU, so it runs in the bench tier, alone."""
 
 from __future__ import annotations
 
