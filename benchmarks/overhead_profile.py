@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import builtins
 import collections
+import http.client
 import json
 import os
 import signal
@@ -31,7 +32,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -131,17 +131,27 @@ def child(view: str, fleet: str, warmup: float, seconds: float, argv: list[str])
     """In the child process: one view, printed as JSON on stdout's last line."""
     result: dict[str, Any] = {}
     if view == "threads":
-        from benchmarks.simulated import fleet_spec, simulated_nvml
+        from benchmarks.precomputed_answers import SimulatorCpu, precomputed_api
+        from benchmarks.simulated import fleet_spec
+        from kube_gpu_exporter.exporter.nvml.source import NvmlSource
+        from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
 
-        nvml = simulated_nvml(fleet_spec(fleet))
+        # The simulator's models' CPU, by thread, is taken out of each thread's, as the overhead
+        # run takes it out of the process's.
+        simulator = SimulatorCpu()
+        nvml = NvmlSource(precomputed_api(FakeNvml(fleet_spec(fleet)), simulator))
         at_start: dict[str, float] = {}
+
+        def own_cpu() -> dict[str, float]:
+            models = simulator.seconds_by_thread()
+            return {name: cpu - models.get(name, 0.0) for name, cpu in _thread_cpu().items()}
 
         def threads_at_start() -> None:
             time.sleep(warmup)
-            at_start.update(_thread_cpu())
+            at_start.update(own_cpu())
 
         def threads_at_end() -> None:
-            spent = {name: cpu - at_start.get(name, 0.0) for name, cpu in _thread_cpu().items()}
+            spent = {name: cpu - at_start.get(name, 0.0) for name, cpu in own_cpu().items()}
             result["threads"] = sorted(spent.items(), key=lambda kv: -kv[1])
             result["seconds"] = seconds
 
@@ -251,9 +261,12 @@ def profile(view: str, fleet: str, poll: float, warmup: float, seconds: float) -
             stderr=subprocess.PIPE,
             text=True,
         ) as proc:
-            # Scraped as Prometheus would, so the exposition is rendered as in production.
-            scraper = threading.Thread(target=_scrape_until_gone, args=(proc, port), daemon=True)
-            scraper.start()
+            # Scraped as an HA pair of Prometheus servers would, so the exposition is rendered
+            # and the scrape schedule learnt as in production.
+            for offset in (0.0, SCRAPE_INTERVAL_SECONDS / 2):
+                threading.Thread(
+                    target=_scrape_until_gone, args=(proc, port, offset), daemon=True
+                ).start()
             stdout, stderr = proc.communicate(timeout=warmup + seconds + 120)
     lines = [line for line in stdout.splitlines() if line.startswith("{")]
     if not lines:
@@ -261,35 +274,36 @@ def profile(view: str, fleet: str, poll: float, warmup: float, seconds: float) -
     return json.loads(lines[-1])
 
 
-def _scrape_until_gone(process: subprocess.Popen, port: int) -> None:
-    """Scrapes every SCRAPE_INTERVAL_SECONDS from the first that succeeds until `process` ends."""
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/metrics",
-        # As Prometheus sends them; the timeout header marks it a periodic scraper, which
-        # is what the exporter learns its scrape schedule from (server.py).
-        headers={
-            "Accept": _PROMETHEUS_ACCEPT,
-            "Accept-Encoding": "gzip",
-            "X-Prometheus-Scrape-Timeout-Seconds": "10",
-        },
-    )
+def _scrape_until_gone(process: subprocess.Popen, port: int, offset_seconds: float) -> None:
+    """From `offset_seconds` on, scrapes every SCRAPE_INTERVAL_SECONDS until `process` ends: one
+    Prometheus server of an HA pair, on one kept-alive connection as Prometheus keeps it."""
+    # As Prometheus sends them; the timeout header marks it a periodic scraper, which is what
+    # the exporter learns its scrape schedule from (server.py).
+    headers = {
+        "Accept": _PROMETHEUS_ACCEPT,
+        "Accept-Encoding": "gzip",
+        "X-Prometheus-Scrape-Timeout-Seconds": "10",
+    }
+    time.sleep(offset_seconds)
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     while process.poll() is None:
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                ok = response.status == 200
-                response.read()
+            connection.request("GET", "/metrics", headers=headers)
+            response = connection.getresponse()
+            response.read()
+            ok = response.status == 200
         except OSError:
+            connection.close()
             ok = False
         time.sleep(SCRAPE_INTERVAL_SECONDS if ok else 0.2)
+    connection.close()
 
 
-def render(views: dict[str, dict[str, Any]], seconds: float) -> str:
-    cpu, memory = views["cpu"], {**views["imports"], **views["heap"]}
-    total = cpu["total"] or 1e-9
-    threads = views["threads"]
+def _thread_lines(threads: dict[str, Any]) -> list[str]:
     per_hour = 3600 / threads["seconds"]
-    lines = [
-        f"CPU by thread over {threads['seconds']:g} s (each thread's CPU clock, no profiler):",
+    return [
+        f"CPU by thread over {threads['seconds']:g} s (each thread's CPU clock less what the "
+        "simulator's models spent on it, no profiler):",
         "",
         "| thread | CPU s / h |",
         "|---|---:|",
@@ -300,6 +314,12 @@ def render(views: dict[str, dict[str, Any]], seconds: float) -> str:
         ),
         f"| all | {sum(spent for _, spent in threads['threads']) * per_hour:.2f} |",
         "",
+    ]
+
+
+def _cpu_lines(cpu: dict[str, Any], seconds: float) -> list[str]:
+    total = cpu["total"] or 1e-9
+    return [
         f"CPU by package over {seconds:g} s (yappi, all threads; shares of the profiled total):",
         "",
         "| package | share |",
@@ -315,6 +335,12 @@ def render(views: dict[str, dict[str, Any]], seconds: float) -> str:
             for own, tot, n, where in cpu["functions"][:15]
         ),
         "",
+    ]
+
+
+def _memory_lines(imports_view: dict[str, Any], heap_view: dict[str, Any]) -> list[str]:
+    memory = {**imports_view, **heap_view}
+    lines = [
         f"Memory: {memory['bare_python_rss'] / MB:.1f} MB RSS for the bare interpreter, "
         f"{memory['simulator_rss'] / MB:.1f} MB once the simulated NVML is in, "
         f"{memory['rss'] / MB:.1f} MB at the end; Python heap at the end "
@@ -328,15 +354,31 @@ def render(views: dict[str, dict[str, Any]], seconds: float) -> str:
         left = f"`{imports[i][0]}` | {imports[i][1] / MB:.1f}" if i < len(imports) else " | "
         right = f"`{heap[i][0]}` | {heap[i][1] / MB:.2f}" if i < len(heap) else " | "
         lines.append(f"| {left} | | {right} |")
-    return "\n".join(lines)
+    return lines
 
 
-def run(fleet: str = "default", poll: float = 1.0, seconds: float = 30.0) -> str:
+def render(views: dict[str, dict[str, Any]], seconds: float) -> str:
+    """The views that were run, in VIEWS' order; memory needs both its views."""
+    lines: list[str] = []
+    if "threads" in views:
+        lines += _thread_lines(views["threads"])
+    if "cpu" in views:
+        lines += _cpu_lines(views["cpu"], seconds)
+    if "imports" in views and "heap" in views:
+        lines += _memory_lines(views["imports"], views["heap"])
+    return "\n".join(lines).rstrip("\n")
+
+
+def run(
+    fleet: str = "default",
+    poll: float = 1.0,
+    seconds: float = 30.0,
+    views: tuple[str, ...] = VIEWS,
+) -> str:
     # Two scrapes teach the exporter the scrape period (before that it renders every snapshot),
     # and five sweeps let the precomputed answers be learnt.
     warmup = max(2 * SCRAPE_INTERVAL_SECONDS, 5 * poll)
-    views = {view: profile(view, fleet, poll, warmup, seconds) for view in VIEWS}
-    return render(views, seconds)
+    return render({view: profile(view, fleet, poll, warmup, seconds) for view in views}, seconds)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -347,13 +389,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll", type=float, default=1.0)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--warmup", type=float, default=10.0)
+    parser.add_argument(
+        "--views",
+        default=",".join(VIEWS),
+        help="comma-separated, of " + ", ".join(VIEWS) + " (default: all)",
+    )
     parser.add_argument("--child", choices=VIEWS, help=argparse.SUPPRESS)
     parser.add_argument("exporter_args", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         child(args.child, args.fleet, args.warmup, args.seconds, args.exporter_args)
         return 0
-    print(run(args.fleet, args.poll, args.seconds))
+    views = tuple(view for view in args.views.split(",") if view)
+    unknown = sorted(set(views) - set(VIEWS))
+    if unknown:
+        parser.error(f"--views: unknown {', '.join(unknown)}; the views are {', '.join(VIEWS)}")
+    print(run(args.fleet, args.poll, args.seconds, views))
     return 0
 
 

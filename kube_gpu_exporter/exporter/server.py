@@ -48,6 +48,7 @@ def _connection_of(request: web.Request) -> str | None:
 
 STORE_KEY: web.AppKey[ExpositionStore] = web.AppKey("store", ExpositionStore)
 GUARD_KEY: web.AppKey[ConnectionGuard] = web.AppKey("connection_guard", ConnectionGuard)
+READINESS_LOG_KEY: web.AppKey[ReadinessLog] = web.AppKey("readiness_log", ReadinessLog)
 # (path, what it is) for the index page, beyond metrics and health: routes added after build_app,
 # such as the simulator's control API, list themselves here.
 INDEX_LINKS_KEY: web.AppKey[list[tuple[str, str]]] = web.AppKey("index_links", list)
@@ -88,6 +89,8 @@ class Handlers:
         # Why the node is not ready beyond being unhealthy
         # (kube_gpu_exporter/exporter/readiness.py), or None.
         self._readiness = readiness
+        # Logs why not, looking by itself and at each probe's answer.
+        self.readiness_log = ReadinessLog(self.readiness_problem)
         # The snapshot's age, here as in its staleness, is read on the store's clock.
         self._clock = store.clock
         self._started = self._clock()
@@ -136,6 +139,7 @@ class Handlers:
 
     async def readyz(self, request: web.Request) -> web.Response:
         problem = self.readiness_problem()
+        self.readiness_log.observe(problem)
         if problem:
             return web.Response(status=503, text=f"not ready: {problem}\n")
         return web.Response(text="ready\n")
@@ -174,6 +178,7 @@ def build_app(
     app = web.Application(middlewares=[guard.middleware, *security_middlewares(config, cleanups)])
     app[STORE_KEY] = store
     app[GUARD_KEY] = guard
+    app[READINESS_LOG_KEY] = handlers.readiness_log
     app[INDEX_LINKS_KEY] = []
     app[TELEMETRY_PATH_KEY] = config.telemetry_path
     app.router.add_get(config.telemetry_path, handlers.metrics)
@@ -182,7 +187,7 @@ def build_app(
     app.router.add_get("/readyz", handlers.readyz)
     if config.telemetry_path != "/":
         app.router.add_get("/", handlers.index)
-    app.cleanup_ctx.append(ReadinessLog(handlers.readiness_problem).context())
+    app.cleanup_ctx.append(handlers.readiness_log.context())
     for cleanup in cleanups:
 
         async def run_cleanup(_app: web.Application, cleanup=cleanup) -> None:

@@ -54,3 +54,18 @@ def test_first_sync_latches():
     assert problem() is None
     synced[0] = False  # the API went away after answering once
     assert problem() is None
+
+
+def test_a_probe_answer_is_a_look_and_the_log_says_when_it_is_ready(caplog):
+    clock = Clock()
+    readiness = ReadinessLog(lambda: "never asked by a probe's look", clock=clock)
+    caplog.set_level(logging.INFO, logger="kube_gpu_exporter.exporter.readiness")
+    assert not readiness.ready  # nothing looked yet: the log's own loop looks often
+    readiness.observe(None)
+    assert readiness.ready  # the loop may now look seldom: probes look meanwhile
+    clock.now += 30
+    readiness.observe("NVML does not answer")  # what a failing probe found
+    assert not readiness.ready
+    assert [r.getMessage() for r in caplog.records] == [
+        "not ready for 30s: NVML does not answer (said again every 60s until ready)"
+    ]

@@ -6,7 +6,12 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from benchmarks.precomputed_answers import CYCLE, precomputed_api
+from benchmarks.precomputed_answers import (
+    CYCLE,
+    SimulatorCpu,
+    precomputed_api,
+    simulator_cpu_seconds,
+)
 from kube_gpu_exporter.exporter.config import CollectionConfig, LabelConfig
 from kube_gpu_exporter.exporter.nvml.source import NvmlSource
 from kube_gpu_exporter.exporter.poller import Poller
@@ -106,3 +111,64 @@ def _series(text: str) -> set[tuple[str, str]]:
             if not name.startswith("kube_gpu_exporter_collector_duration"):
                 out.add((name, labels))
     return out
+
+
+def test_the_models_cpu_is_counted_while_learning_and_not_for_replays(tmp_path):
+    shared = tmp_path / "simulator-cpu"
+    simulator_cpu = SimulatorCpu(str(shared))
+    assert simulator_cpu_seconds(shared) == 0.0
+    with FakeNvml(quiet(default_fleet())) as sim:
+        api = precomputed_api(sim, simulator_cpu)
+        api.nvmlInit()
+        handle = api.nvmlDeviceGetHandleByIndex(0)
+        fields = [pynvml.NVML_FI_DEV_POWER_INSTANT, pynvml.NVML_FI_DEV_MEMORY_TEMP] * 40
+        for _ in range(CYCLE):
+            api.nvmlDeviceGetFieldValues(handle, fields)
+        learnt = simulator_cpu.seconds
+        assert learnt > 0
+        # What another process reads is the same total.
+        assert simulator_cpu_seconds(shared) == pytest.approx(learnt)
+        for _ in range(5 * CYCLE):
+            api.nvmlDeviceGetFieldValues(handle, fields)
+        # Replays reach no model: the total stands (the handle and init calls were learnt above).
+        assert simulator_cpu.seconds == learnt
+        api.nvmlShutdown()
+
+
+def test_a_participant_that_has_written_nothing_has_spent_nothing(tmp_path):
+    assert simulator_cpu_seconds(tmp_path / "absent") == 0.0
+    (tmp_path / "short").write_bytes(b"\x01")
+    assert simulator_cpu_seconds(tmp_path / "short") == 0.0
+
+
+def test_gpm_metrics_are_replayed_whole_into_any_request(replayed):
+    sim, api = replayed
+    handle = api.nvmlDeviceGetHandleByIndex(0)
+    older, newer = api.nvmlGpmSampleAlloc(), api.nvmlGpmSampleAlloc()
+    ids = (pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL, pynvml.NVML_GPM_METRIC_SM_OCCUPANCY)
+
+    def metrics() -> list[tuple[int, int, float, bytes | None]]:
+        # A fresh request each time: nothing a replay leaves out can be left over from before.
+        request = pynvml.c_nvmlGpmMetricsGet_t()
+        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(ids)
+        request.sample1, request.sample2 = older, newer
+        for i, metric_id in enumerate(ids):
+            request.metrics[i].metricId = metric_id
+        api.nvmlGpmMetricsGet(request)
+        return [
+            (m.metricId, m.nvmlReturn, m.value, m.metricInfo.shortName)
+            for m in (request.metrics[i] for i in range(len(ids)))
+        ]
+
+    learnt = []
+    for _ in range(CYCLE):
+        api.nvmlGpmSampleGet(handle, older)
+        api.nvmlGpmSampleGet(handle, newer)
+        learnt.append(metrics())
+    computed = sim.calls["nvmlGpmMetricsGet"]
+    assert all(status == pynvml.NVML_SUCCESS and name for _, status, _, name in learnt[0])
+    assert [metrics() for _ in range(CYCLE)] == learnt
+    assert sim.calls["nvmlGpmMetricsGet"] == computed  # replayed, not computed
+    api.nvmlGpmSampleFree(older)
+    api.nvmlGpmSampleFree(newer)

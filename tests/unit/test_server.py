@@ -19,6 +19,7 @@ from kube_gpu_exporter.exporter.exposition.renderer import Renderer
 from kube_gpu_exporter.exporter.exposition.store import Exposition, ExpositionStore
 from kube_gpu_exporter.exporter.poller import Poller
 from kube_gpu_exporter.exporter.server import (
+    READINESS_LOG_KEY,
     accepts_gzip,
     bind_listeners,
     build_app,
@@ -94,6 +95,20 @@ async def test_readyz_waits_for_the_first_snapshot(sim, make_poller):
         store.publish(make_poller(sim).sweep())
         assert (await client.get("/readyz")).status == 200
         assert (await client.get("/metrics")).status == 200
+    finally:
+        await client.close()
+
+
+async def test_each_readiness_probe_is_observed_by_the_readiness_log(sim, make_poller):
+    store = store_for()
+    app = build_app(store, WEB, lambda: None)
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        log = app[READINESS_LOG_KEY]
+        assert (await client.get("/readyz")).status == 503 and not log.ready
+        store.publish(make_poller(sim).sweep())
+        assert (await client.get("/readyz")).status == 200 and log.ready
     finally:
         await client.close()
 
