@@ -507,7 +507,12 @@ def render(rows: Sequence[Row], fleet: str = "default") -> str:
     lines = [
         *_table(rows, fleet),
         "",
-        "Simulator's share (live minus precomputed), and the targets on the exporter's own cost:",
+        (
+            "Simulator's share (live minus precomputed), and the targets on the exporter's own "
+            "cost:"
+            if any(r.answers == "live" for r in rows)
+            else "The targets on the exporter's own cost:"
+        ),
         "",
     ]
     for poll in sorted({r.poll_seconds for r in rows}):

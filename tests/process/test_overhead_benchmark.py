@@ -131,3 +131,19 @@ def test_the_profile_renders_only_the_views_asked_for():
     assert "CPU by package" not in report and "first imported" not in report
     with pytest.raises(SystemExit):
         overhead_profile.main(["--views", "threads,cpus"])
+
+
+def test_a_run_on_precomputed_answers_alone_claims_no_simulator_share():
+    rows = [
+        overhead.Row("precomputed", 5.0, name, cpu, 40_000_000, 3, 0.003, 7.5, taken_out)
+        for name, cpu, taken_out in (
+            ("ours", 4.0, 0.14),
+            ("ours-core", 3.0, 0.07),
+            ("nvitop", 4.0, 0.0),
+        )
+    ]
+    report = overhead.render(rows)
+    assert "The targets on the exporter's own cost:" in report
+    assert "live minus precomputed" not in report
+    assert "| 5 s | precomputed | kube-gpu-exporter | 4.0 | 5.56 | 40.0 | 3 | 3.0 | 0.14 |" in report
+    assert "CPU 4.0 against 4.0 s / h, 1.00 times (met: at most 1)" in report

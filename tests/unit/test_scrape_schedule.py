@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from kube_gpu_exporter.exporter.exposition.renderer import Renderer
 from kube_gpu_exporter.exporter.exposition.scrape_schedule import (
     MAX_SCRAPERS,
@@ -140,6 +142,34 @@ def test_an_ha_pair_renders_for_each_server_and_paces_work_to_one():
     clock.now += 6.5
     schedule.scraped("10.0.0.1", "10.0.0.1 40002")
     assert schedule.paced_scrape_in() == 7.5
+
+
+def test_a_pair_on_one_host_off_the_half_is_rendered_for_at_its_own_times():
+    """3.8 s apart in a 15 s interval: by address alone a scraper every 3.8 s, overdue (and so
+    every snapshot rendered) for the 7.4 s until the next real scrape."""
+    clock = Clock()
+    schedule = ScrapeSchedule(clock)
+    for _ in range(3):
+        schedule.scraped("10.0.0.1", "10.0.0.1 40001")
+        clock.now += 3.8
+        schedule.scraped("10.0.0.1", "10.0.0.1 40002")
+        clock.now += 11.2
+    clock.now -= 11.2  # just after the second server's scrape
+    clock.now += 4.0
+    assert schedule.next_scrape_in() == pytest.approx(7.2)  # the first server's, not overdue
+    assert not schedule.due_within(1.05)
+    clock.now += 6.5
+    assert schedule.due_within(1.05)
+
+
+def test_connections_seen_once_leave_the_addresses_to_predict():
+    clock = Clock()
+    schedule = ScrapeSchedule(clock)
+    for port in range(3):  # a scraper that opens a new connection for every scrape
+        schedule.scraped("10.0.0.2", f"10.0.0.2 {50000 + port}")
+        clock.now += 10.0
+    clock.now -= 6.0
+    assert schedule.next_scrape_in() == pytest.approx(6.0)  # its address' period
 
 
 def test_when_the_pacer_stops_the_other_server_takes_over():
