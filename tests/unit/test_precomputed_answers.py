@@ -19,6 +19,7 @@ from kube_gpu_exporter.exporter.simulator.fake_nvml import FakeNvml
 from kube_gpu_exporter.exporter.simulator.fleet import default_fleet
 from kube_gpu_exporter.exporter.simulator.stepped_time import SteppedHelpers
 from tests.conftest import quiet, render_body
+from tests.unit.test_gpm import metrics_request
 
 
 @pytest.fixture
@@ -149,12 +150,7 @@ def test_gpm_metrics_are_replayed_whole_into_any_request(replayed):
 
     def metrics() -> list[tuple[int, int, float, bytes | None]]:
         # A fresh request each time: nothing a replay leaves out can be left over from before.
-        request = pynvml.c_nvmlGpmMetricsGet_t()
-        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(ids)
-        request.sample1, request.sample2 = older, newer
-        for i, metric_id in enumerate(ids):
-            request.metrics[i].metricId = metric_id
+        request = metrics_request(older, newer, ids)
         api.nvmlGpmMetricsGet(request)
         return [
             (m.metricId, m.nvmlReturn, m.value, m.metricInfo.shortName)
